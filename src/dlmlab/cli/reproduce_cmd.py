@@ -1,0 +1,30 @@
+"""dlmlab reproduce STUDY --preset {smoke,cpu,paper} --out DIR"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dlmlab.studies import STUDIES, load_study
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", choices=[*STUDIES, "all"], help="which study to run")
+    p.add_argument("--preset", default="cpu", choices=["smoke", "cpu", "paper"],
+                   help="smoke: seconds, for CI; cpu: minutes on 2 cores; paper: the study's scale, for a GPU")
+    p.add_argument("--out", required=True, help="output directory (results.json, report.md, figures/)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if args.study == "all":
+        from dlmlab.studies.all import run_all
+
+        path = run_all(args.preset, out, progress=not args.no_progress)
+        print(f"report: {path}")
+        return 0
+    study = load_study(args.study)
+    study.run(args.preset, out, progress=not args.no_progress)
+    print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'}")
+    return 0

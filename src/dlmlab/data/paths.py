@@ -1,0 +1,46 @@
+"""Where the offline data lives: ``$DLMLAB_DATA`` or ``../shared/data`` beside the project."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class DataNotFound(FileNotFoundError):
+    pass
+
+
+def data_root() -> Path:
+    """The offline data folder; raises :class:`DataNotFound` with what was tried."""
+    env = os.environ.get("DLMLAB_DATA")
+    tried = []
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    for base in [Path.cwd(), *Path.cwd().parents, *here.parents]:
+        candidates.append(base / "shared" / "data")
+        candidates.append(base.parent / "shared" / "data")
+    for c in candidates:
+        tried.append(str(c))
+        if (c / "README.md").exists() or (c / "tinyshakespeare").exists():
+            return c
+    raise DataNotFound(
+        "offline data not found; set DLMLAB_DATA to the folder holding tinyshakespeare/, wikitext-2/, "
+        f"reversal_curse/ (tried {tried[:4]} ...)"
+    )
+
+
+NAMED = {
+    "tinyshakespeare": "tinyshakespeare/input.txt",
+    "wikitext2-valid": "wikitext-2/valid.txt",
+    "wikitext2-test": "wikitext-2/test.txt",
+}
+
+
+def resolve_text(source: str) -> Path:
+    """A named offline corpus (``tinyshakespeare``, ``wikitext2-valid``...) or a path to a text file."""
+    if source in NAMED:
+        return data_root() / NAMED[source]
+    p = Path(source)
+    if not p.exists():
+        raise DataNotFound(f"text source {source!r} is neither a known corpus {sorted(NAMED)} nor an existing file")
+    return p

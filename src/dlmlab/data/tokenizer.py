@@ -1,0 +1,85 @@
+"""Tokenizers: characters, or byte-level BPE trained locally with Hugging Face ``tokenizers``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+
+class TextTokenizer(Protocol):
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def save(self, path: str | Path) -> None: ...
+
+
+class CharTokenizer:
+    """One id per distinct character of the training text."""
+
+    def __init__(self, chars: list[str]) -> None:
+        self.chars = chars
+        self.index = {c: i for i, c in enumerate(chars)}
+        self.vocab_size = len(chars)
+
+    @classmethod
+    def train(cls, text: str) -> "CharTokenizer":
+        return cls(sorted(set(text)))
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self.index[c] for c in text]
+        except KeyError as e:
+            raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's vocabulary") from None
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"type": "char", "chars": self.chars}))
+
+
+class BPETokenizer:
+    """Byte-level BPE (GPT-2 style) trained on local text."""
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self.tok = tok
+        self.vocab_size = tok.get_vocab_size()
+
+    @classmethod
+    def train(cls, text: str | list[str], vocab_size: int = 1024, special_tokens: list[str] | None = None) -> "BPETokenizer":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens or [],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        tok.train_from_iterator([text] if isinstance(text, str) else text, trainer=trainer)
+        return cls(tok)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(list(ids))
+
+    def save(self, path: str | Path) -> None:
+        self.tok.save(str(path))
+
+
+def load_tokenizer(path: str | Path) -> TextTokenizer:
+    path = Path(path)
+    data = json.loads(path.read_text())
+    if data.get("type") == "char":
+        return CharTokenizer(data["chars"])
+    return BPETokenizer(Tokenizer.from_file(str(path)))
+
+
+def train_tokenizer(kind: str, text: str, vocab_size: int = 1024) -> TextTokenizer:
+    if kind == "char":
+        return CharTokenizer.train(text)
+    if kind == "bpe":
+        return BPETokenizer.train(text, vocab_size)
+    raise ValueError(f"unknown tokenizer {kind!r} (use char or bpe)")

@@ -1,0 +1,123 @@
+"""Transformer language model with uniform hook points.
+
+Hook points: ``embed`` [B,T,D] (token embedding), ``pos_embed`` [B,T,D] (learned
+positions only), ``blocks.{i}.resid_pre|attn_out|resid_mid|mlp_out|resid_post``
+[B,T,D], ``blocks.{i}.attn.{q,k,v,z}`` [B,T,H,d_head], ``blocks.{i}.attn.pattern``
+[B,H,Tq,Tk], ``blocks.{i}.attn.head_out`` [B,T,H,D], ``final`` [B,T,D] (after the
+final norm) and ``logits`` [B,T,V].
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.models.block import Block
+from dlmlab.models.config import TransformerConfig
+from dlmlab.models.kv_cache import KVCache
+from dlmlab.models.masks import build_mask
+from dlmlab.models.norm import make_norm
+from dlmlab.models.positions import alibi_bias, alibi_slopes, rope_cos_sin
+
+
+class Transformer(HookedModule):
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        if cfg.vocab_size <= 0:
+            raise ValueError("TransformerConfig.vocab_size must be set (> 0) before building a model")
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
+        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layers)])
+        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.unembed.weight = self.tok_emb.weight
+        if cfg.positions == "alibi":
+            self.register_buffer("alibi_slopes", alibi_slopes(cfg.n_heads), persistent=False)
+        self.embed, self.pos_embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint(), HookPoint()
+        self.apply(self._init)
+        self.setup_hooks()
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # ------------------------------------------------------------------------------------
+    def check_tokens(self, tokens: torch.Tensor, offset: int = 0) -> None:
+        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be an integer tensor, got {tokens.dtype}")
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
+        if tokens.numel():
+            lo, hi = int(tokens.min()), int(tokens.max())
+            if lo < 0 or hi >= self.cfg.vocab_size:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"token id {bad} out of range [0, {self.cfg.vocab_size}) for this model")
+        T = tokens.shape[1] + offset
+        if self.pos_emb is not None and T > self.cfg.max_seq_len:
+            raise ValueError(
+                f"sequence length {T} exceeds max_seq_len {self.cfg.max_seq_len} of learned positions"
+            )
+
+    def attention_bias(
+        self, kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, prompt_len=None, dtype=torch.float32
+    ) -> tuple[torch.Tensor | None, bool]:
+        """Additive bias [B|1, H|1, Tq, Tk] (or None) and whether SDPA may use is_causal."""
+        cached = k_pos.shape[0] != q_pos.shape[0]
+        alibi = self.cfg.positions == "alibi"
+        if kind == "causal" and not alibi and not cached:
+            return None, True
+        allowed = build_mask(kind, q_pos, k_pos, prompt_len)
+        bias = None
+        if allowed is not None:
+            bias = torch.zeros(allowed.shape, dtype=dtype, device=q_pos.device).masked_fill(~allowed, float("-inf"))
+        if alibi:
+            ab = alibi_bias(self.alibi_slopes, q_pos, k_pos).to(dtype)[None]
+            bias = ab if bias is None else bias + ab
+        return bias, False
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        *,
+        attn_mask: str | None = None,
+        prompt_len: torch.Tensor | int | None = None,
+        embed_add: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """tokens [B,T] -> logits [B,T,V].
+
+        attn_mask: override ``cfg.attn_mask`` ("causal" | "bidirectional" | "hybrid").
+        prompt_len: int or [B] tensor, needed by "hybrid" (absolute positions < P are prompt).
+        embed_add: [B,T,D] added to the input embedding (time / self-conditioning inputs).
+        kv_cache: attend to cached keys/values first; new ones are appended unless frozen.
+        """
+        offset = kv_cache.length if kv_cache is not None else 0
+        self.check_tokens(tokens, offset)
+        B, T = tokens.shape
+        kind = attn_mask or self.cfg.attn_mask
+        device = tokens.device
+        q_pos = torch.arange(offset, offset + T, device=device)
+        k_pos = torch.arange(0, offset + T, device=device)
+        x = self.embed(self.tok_emb(tokens))
+        if self.pos_emb is not None:
+            x = x + self.pos_embed(self.pos_emb(q_pos)[None].expand(B, -1, -1))
+        if embed_add is not None:
+            x = x + embed_add
+        rope = rope_cos_sin(q_pos, self.cfg.d_head, self.cfg.rope_theta) if self.cfg.positions == "rope" else None
+        bias, is_causal = self.attention_bias(kind, q_pos, k_pos, prompt_len, x.dtype)
+        for block in self.blocks:
+            x = block(x, bias, is_causal, rope, kv_cache)
+        x = self.final(self.ln_final(x))
+        return self.logits(self.unembed(x))

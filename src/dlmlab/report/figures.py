@@ -1,0 +1,29 @@
+"""Matplotlib helpers (Agg backend, consistent style, atomic PNG writes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6, **kw):
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+    return fig, axes
+
+
+def save_figure(fig, out_dir: str | Path, name: str, caption: str) -> dict:
+    """Save ``fig`` to ``out_dir/figures/name.png``; returns ``{"path", "caption"}`` for results.json."""
+    figdir = Path(out_dir) / "figures"
+    figdir.mkdir(parents=True, exist_ok=True)
+    path = figdir / f"{name}.png"
+    tmp = figdir / f".{name}.tmp.png"
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return {"path": f"figures/{name}.png", "caption": caption}
