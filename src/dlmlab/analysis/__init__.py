@@ -1,0 +1,1 @@
+"""Analyses usable on any dlmlab model: probes, ablations, patching, circuits, diagnostics."""
