@@ -22,6 +22,7 @@ class TransformerConfig:
     """
 
     vocab_size: int = 0  # 0: taken from the data / tokenizer
+    n_out: int = 0  # output classes; 0 -> vocab_size (a language model)
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
@@ -44,6 +45,7 @@ class TransformerConfig:
 
     def validate(self) -> None:
         require(self.vocab_size >= 0, f"model.vocab_size must be >= 0, got {self.vocab_size}")
+        require(self.n_out >= 0, f"model.n_out must be >= 0, got {self.n_out}")
         require(self.d_model > 0, f"model.d_model must be > 0, got {self.d_model}")
         require(self.n_layers >= 0, f"model.n_layers must be >= 0, got {self.n_layers}")
         require(self.n_heads > 0, f"model.n_heads must be > 0, got {self.n_heads}")
@@ -56,6 +58,10 @@ class TransformerConfig:
         require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
         if self.positions == "rope":
             require(self.d_head % 2 == 0, f"rope needs an even model.d_head, got {self.d_head}")
+
+    @property
+    def out_size(self) -> int:
+        return self.n_out or self.vocab_size
 
     @property
     def attn_only(self) -> bool:

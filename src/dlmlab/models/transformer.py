@@ -32,8 +32,8 @@ class Transformer(HookedModule):
         self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
         self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layers)])
         self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
-        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
+        self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
+        if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
             self.unembed.weight = self.tok_emb.weight
         if cfg.positions == "alibi":
             self.register_buffer("alibi_slopes", alibi_slopes(cfg.n_heads), persistent=False)
@@ -96,7 +96,7 @@ class Transformer(HookedModule):
         embed_add: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """tokens [B,T] -> logits [B,T,V].
+        """tokens [B,T] -> logits [B,T,V] (V = cfg.n_out when set).
 
         attn_mask: override ``cfg.attn_mask`` ("causal" | "bidirectional" | "hybrid").
         prompt_len: int or [B] tensor, needed by "hybrid" (absolute positions < P are prompt).
