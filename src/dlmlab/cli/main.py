@@ -25,12 +25,28 @@ EPILOG = """examples:
 """
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps sub-command names and their help on one line."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction) and action.choices:
+            longest = max(len(n) for n in action.choices) + self._current_indent + self._indent_increment
+            self._action_max_length = max(self._action_max_length, longest)
+
+
+_formatter = _Formatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlmlab",
         description="Train, sample and analyse masked-diffusion LMs beside AR, SSM and RNN models.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG + "\nrun `dlmlab COMMAND --help` for a command's options.\n",
+        formatter_class=_formatter,
     )
     parser.add_argument("--version", action="version", version=f"dlmlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -41,8 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
             if e.name == f"dlmlab.cli.{name}_cmd":
                 continue
             raise
-        p = sub.add_parser(name, help=help_text, description=help_text,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_formatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

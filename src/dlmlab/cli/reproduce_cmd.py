@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from dlmlab.studies import STUDIES, load_study
@@ -19,9 +20,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.study == "all":
-        from dlmlab.studies.all import run_all
+        from dlmlab.studies.all import StudiesFailed, run_all
 
-        path = run_all(args.preset, out, progress=not args.no_progress)
+        try:
+            path = run_all(args.preset, out, progress=not args.no_progress)
+        except StudiesFailed as e:
+            print(f"report: {e.report}")
+            print(f"dlmlab reproduce: {e}", file=sys.stderr)
+            return 1
         print(f"report: {path}")
         return 0
     study = load_study(args.study)

@@ -8,9 +8,26 @@ import json
 from dlmlab.training.lm import load_run_config, run_training
 
 
+EPILOG = """\
+The config has four sections (any may be omitted; unknown fields are errors):
+  objective: ar | mdlm        model: TransformerConfig     data: DataConfig
+  train: TrainConfig (steps, batch_size = global batch, lr, schedule, ckpt_every ...)
+
+The run directory receives config.json, tokenizer.json, metrics.jsonl (one JSON row per
+logged step), checkpoints/step_N/{model,optimizer}.safetensors + state.json, and eval.json.
+Re-running the same command resumes exactly from the latest checkpoint (also after kill -9).
+
+examples:
+  dlmlab train configs/shakespeare_ar.yaml --out runs/ar
+  dlmlab train configs/shakespeare_mdlm.yaml --out runs/mdlm --steps 50
+  torchrun --nproc_per_node 2 --standalone -m dlmlab.cli.main train configs/shakespeare_ar.yaml --out runs/ar2
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
     p.add_argument("config", help="YAML run config (see configs/)")
-    p.add_argument("--out", required=True, help="run directory (resumed if it holds a checkpoint)")
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory (resumed if it holds a checkpoint)")
     p.add_argument("--no-resume", action="store_true", help="start over even if DIR holds a checkpoint")
     p.add_argument("--steps", type=int, help="override train.steps")
 

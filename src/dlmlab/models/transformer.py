@@ -76,9 +76,10 @@ class Transformer(HookedModule):
         """Additive bias [B|1, H|1, Tq, Tk] (or None) and whether SDPA may use is_causal."""
         cached = k_pos.shape[0] != q_pos.shape[0]
         alibi = self.cfg.positions == "alibi"
-        if kind == "causal" and not alibi and not cached:
+        custom = isinstance(kind, torch.Tensor)  # a boolean "may attend" mask [B|1, 1|H, Tq, Tk]
+        if not custom and kind == "causal" and not alibi and not cached:
             return None, True
-        allowed = build_mask(kind, q_pos, k_pos, prompt_len)
+        allowed = kind.to(q_pos.device) if custom else build_mask(kind, q_pos, k_pos, prompt_len)
         bias = None
         if allowed is not None:
             bias = torch.zeros(allowed.shape, dtype=dtype, device=q_pos.device).masked_fill(~allowed, float("-inf"))
@@ -91,14 +92,15 @@ class Transformer(HookedModule):
         self,
         tokens: torch.Tensor,
         *,
-        attn_mask: str | None = None,
+        attn_mask: str | torch.Tensor | None = None,
         prompt_len: torch.Tensor | int | None = None,
         embed_add: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
     ) -> torch.Tensor:
         """tokens [B,T] -> logits [B,T,V] (V = cfg.n_out when set).
 
-        attn_mask: override ``cfg.attn_mask`` ("causal" | "bidirectional" | "hybrid").
+        attn_mask: override ``cfg.attn_mask`` ("causal" | "bidirectional" | "hybrid"), or a boolean
+            "may attend" tensor [B|1, 1, T, T_cached+T] (e.g. an annealed mask).
         prompt_len: int or [B] tensor, needed by "hybrid" (absolute positions < P are prompt).
         embed_add: [B,T,D] added to the input embedding (time / self-conditioning inputs).
         kv_cache: attend to cached keys/values first; new ones are appended unless frozen.
@@ -106,7 +108,7 @@ class Transformer(HookedModule):
         offset = kv_cache.length if kv_cache is not None else 0
         self.check_tokens(tokens, offset)
         B, T = tokens.shape
-        kind = attn_mask or self.cfg.attn_mask
+        kind = self.cfg.attn_mask if attn_mask is None else attn_mask
         device = tokens.device
         q_pos = torch.arange(offset, offset + T, device=device)
         k_pos = torch.arange(0, offset + T, device=device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,7 @@ from dlmlab.objectives import ar_loss, mdlm_loss
 from dlmlab.objectives.schedule import sample_t
 from dlmlab.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from dlmlab.training.config import TrainConfig
+from dlmlab.training.distributed import init_from_env
 from dlmlab.training.loop import train
 
 
@@ -81,21 +83,35 @@ def evaluate_lm(model: Transformer, cfg: RunConfig, stream: TokenStream, vocab: 
     return {"nelbo": nll, "ppl_bound": math.exp(nll)}
 
 
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
     """Train per ``cfg`` into ``out_dir`` (config.json, tokenizer.json, metrics.jsonl, checkpoints/)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok_path = out / "tokenizer.json"
     cfg_path = out / "config.json"
+    ctx = init_from_env()
     if cfg_path.exists() and resume:
         old = json.loads(cfg_path.read_text())
         if old != dataclasses.asdict(cfg):
             raise ConfigError(f"{out} holds a run with a different config; use another --out or --no-resume")
-    tokenizer = load_tokenizer(tok_path) if tok_path.exists() else None
-    stream, tokenizer = load_corpus(cfg.data, tokenizer)
-    if not tok_path.exists():
-        tokenizer.save(tok_path)
-    cfg_path.write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+    # Under torchrun only rank 0 writes the tokenizer / config; the others wait and read them.
+    if ctx.is_main:
+        reuse = tok_path.exists() and resume
+        stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path) if reuse else None)
+        if not reuse:
+            tmp = tok_path.with_name("tokenizer.json.tmp")
+            tokenizer.save(tmp)
+            os.replace(tmp, tok_path)
+        _atomic_write(cfg_path, json.dumps(dataclasses.asdict(cfg), indent=1))
+    ctx.barrier()
+    if not ctx.is_main:
+        stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path))
     torch.manual_seed(cfg.train.seed)
     model = Transformer(_with_vocab(cfg, tokenizer.vocab_size))
     make_batch, loss_fn = make_lm_task(cfg, stream, tokenizer.vocab_size)
@@ -103,7 +119,8 @@ def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> di
     history = train(model, cfg.train, make_batch, loss_fn, out_dir=out, eval_fn=eval_fn, resume=resume,
                     desc=f"train {cfg.objective}")
     final = evaluate_lm(model, cfg, stream, tokenizer.vocab_size)
-    (out / "eval.json").write_text(json.dumps(final, indent=1))
+    if ctx.is_main:
+        _atomic_write(out / "eval.json", json.dumps(final, indent=1))
     return {"history": history, "eval": final}
 
 

@@ -1,0 +1,90 @@
+"""Per-head zero / mean ablation through the ``blocks.{i}.attn.z`` hook points.
+
+Ablating a head replaces its pattern-weighted values ``z`` [B, T, H, d_head] (hence its
+output ``z @ W_O[h]``) by zero or by its mean over a reference batch.  Works on any toolkit
+model whose attention exposes ``z`` (Transformer; the shared output bias is kept).
+
+    means = head_means(model, ref_tokens)                  # {layer: [T, H, d_head]}
+    with ablate_heads(model, [(1, 0)], "mean", means):
+        acc = metric(model)
+    base, drop = ablation_effects(model, metric, "mean", means)   # drop [L, H] = base - ablated
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+ABLATIONS = ("zero", "mean")
+
+
+def _n_layers(model) -> int:
+    return len(model.blocks)
+
+
+@torch.no_grad()
+def head_means(model, tokens: torch.Tensor, per_position: bool = True, **forward_kwargs) -> dict[int, torch.Tensor]:
+    """Mean ``z`` of every head over the batch (and positions unless ``per_position``).
+
+    Returns {layer: [T, H, d_head]} (per position) or {layer: [H, d_head]}.
+    """
+    with model.cache("blocks.*.attn.z") as c:
+        model(tokens, **forward_kwargs)
+    out = {}
+    for name, z in c.items():
+        layer = int(name.split(".")[1])
+        out[layer] = z.mean(0) if per_position else z.mean(dim=(0, 1))
+    return out
+
+
+@contextlib.contextmanager
+def ablate_heads(model, heads: Iterable[tuple[int, int]], kind: str = "zero",
+                 means: dict[int, torch.Tensor] | None = None) -> Iterator[None]:
+    """Within the block, the listed (layer, head) pairs are zero- or mean-ablated."""
+    if kind not in ABLATIONS:
+        raise ValueError(f"ablation kind must be one of {ABLATIONS}, got {kind!r}")
+    if kind == "mean" and means is None:
+        raise ValueError("mean ablation needs means=head_means(model, reference_tokens)")
+    L = _n_layers(model)
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        H = model.blocks[layer].attn.n_heads if 0 <= layer < L else 0
+        if not (0 <= layer < L and 0 <= head < H):
+            raise ValueError(f"no head ({layer}, {head}) in a model with {L} layers of {H or '?'} heads")
+        by_layer.setdefault(layer, []).append(head)
+
+    def make(layer: int, hs: list[int]) -> Callable:
+        def fn(z: torch.Tensor, hp) -> torch.Tensor:
+            z = z.clone()
+            if kind == "zero":
+                z[:, :, hs] = 0.0
+            else:
+                m = means[layer].to(z.dtype)
+                if m.dim() == 3:  # per position [T, H, dh]
+                    if m.shape[0] < z.shape[1]:
+                        raise ValueError(f"per-position means cover {m.shape[0]} positions, input has {z.shape[1]}")
+                    z[:, :, hs] = m[: z.shape[1], hs][None].expand(z.shape[0], -1, -1, -1)
+                else:
+                    z[:, :, hs] = m[hs]
+            return z
+
+        return fn
+
+    with model.hooks({f"blocks.{layer}.attn.z": make(layer, hs) for layer, hs in by_layer.items()}):
+        yield
+
+
+def ablation_effects(model, metric: Callable[[object], float], kind: str = "mean",
+                     means: dict[int, torch.Tensor] | None = None) -> tuple[float, torch.Tensor]:
+    """(metric without ablation, drop [L, H] = base - metric with that single head ablated)."""
+    base = float(metric(model))
+    L = _n_layers(model)
+    H = model.blocks[0].attn.n_heads
+    drop = torch.zeros(L, H)
+    for layer in range(L):
+        for head in range(H):
+            with ablate_heads(model, [(layer, head)], kind, means):
+                drop[layer, head] = base - float(metric(model))
+    return base, drop

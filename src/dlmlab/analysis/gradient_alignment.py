@@ -1,0 +1,68 @@
+"""Alignment of forward-loss and reverse-loss gradients.
+
+Storage-column gradient (:func:`storage_gradient_cosine`).  Through one attention layer the logits
+at a query position depend on the storage column ``Y_h[:, b]`` (what source token b writes into the
+output vocabulary via head h, :func:`~dlmlab.analysis.storage_routing.storage_matrix`) as
+``logits += sum_{j: x_j = b} alpha_h[i, j] / s_i * Y_h[:, b]`` (``s_i`` the final-norm scale), so the
+gradient of the cross-entropy of target ``a`` with respect to that column is::
+
+    g_h = (sum_{j: x_j = b} alpha_h[i, j] / s_i) * (p_i - e_a)        (a vector over the vocabulary)
+
+:func:`storage_gradient_cosine` returns, per fact, the cosine between the forward query's and the
+reverse query's gradient on the reverse evidence column ``Y[:, B]`` (all heads concatenated).  It is
+0 when the forward query never reads b (an AR model trained on "A is B" never has B in context).
+
+Parameter gradient (:func:`parameter_gradient_cosine`): cosine between the full gradients of the
+forward and the reverse loss over chosen parameters (autograd).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dlmlab.analysis.reversal import query_loss
+from dlmlab.analysis.storage_routing import storage_routing
+from dlmlab.tasks.relations import Queries
+
+
+def storage_column_gradient(model, q: Queries, source: torch.Tensor, layer: int = 0,
+                            exclude: tuple[int, ...] = ()) -> torch.Tensor:
+    """Gradient [N, H, V] of each query's NLL with respect to the storage column ``Y_h[:, source_n]``."""
+    sr = storage_routing(model, q, layer, exclude)
+    reads = (q.tokens == source[:, None]).to(sr.alpha.dtype)  # [N,T]
+    coef = (sr.alpha * reads[:, None]).sum(-1) / sr.scale[:, None]  # [N,H]
+    resid = sr.probs.clone()
+    resid[torch.arange(len(q)), q.target] -= 1.0  # p - e_a  [N,V]
+    return coef[:, :, None] * resid[:, None, :]
+
+
+def storage_gradient_cosine(model, fwd: Queries, rev: Queries, layer: int = 0,
+                            exclude: tuple[int, ...] = ()) -> torch.Tensor:
+    """Per-fact cosine [N] of forward and reverse NLL gradients on the reverse evidence column Y[:, B]
+    (B = ``rev.source``); 0 where the forward query does not read B."""
+    if len(fwd) != len(rev):
+        raise ValueError(f"forward ({len(fwd)}) and reverse ({len(rev)}) queries must pair up one to one")
+    b = rev.source
+    gf = storage_column_gradient(model, fwd, b, layer, exclude).flatten(1)
+    gr = storage_column_gradient(model, rev, b, layer, exclude).flatten(1)
+    den = gf.norm(dim=1) * gr.norm(dim=1)
+    return torch.where(den > 0, (gf * gr).sum(1) / den.clamp(min=1e-30), torch.zeros_like(den))
+
+
+def parameter_gradient_cosine(model, fwd: Queries, rev: Queries, params: dict[str, torch.nn.Parameter] | None = None,
+                              exclude: tuple[int, ...] = ()) -> float:
+    """Cosine between d(forward NLL)/d(theta) and d(reverse NLL)/d(theta) over ``params``
+    (default: every trainable parameter).  Runs its own autograd, also under ``torch.no_grad``."""
+    params = params if params is not None else {n: p for n, p in model.named_parameters() if p.requires_grad}
+    plist = list(params.values())
+    was_training = model.training
+    model.eval()
+    with torch.enable_grad():
+        gf = torch.autograd.grad(query_loss(model, fwd, exclude), plist, allow_unused=True)
+        gr = torch.autograd.grad(query_loss(model, rev, exclude), plist, allow_unused=True)
+    if was_training:
+        model.train()
+    flat = lambda gs: torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(gs, plist)])  # noqa: E731
+    a, b = flat(gf), flat(gr)
+    den = a.norm() * b.norm()
+    return float((a @ b) / den) if den > 0 else 0.0

@@ -1,0 +1,189 @@
+"""Induction in both directions on sequences whose first half repeats as the second half.
+
+Positions of a repeated sequence of length ``2*half``: position ``k`` and ``k +- half`` hold the
+same token.  A *target* k is predicted from its copy (the *source*) in the other half:
+
+* ``forward``: target in the second half, source ``k - half`` (ordinary induction);
+* ``reverse``: target in the first half, source ``k + half`` (needs right-to-left access).
+
+Targets lie at least 2 positions inside their half so that +-2 neighbours exist.
+
+Masked (diffusion) models: one target is masked per row, and the *context* condition decides
+which neighbours inside the target's half are also masked (the source half stays visible):
+
+* ``both``:  only the target is masked;
+* ``left``:  the target and everything to its right in its half are masked (left cue only);
+* ``right``: the target and everything to its left in its half are masked (right cue only).
+
+``window`` offsets (e.g. ``(-1, 1)``) additionally mask those neighbours; ``background``
+masks every other position independently with that rate (a low global mask rate).
+
+Autoregressive models: the prediction of token k is read at position k-1 (left context only);
+reverse targets are then predicted without the source (it lies to the right), i.e. at chance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+
+from dlmlab.analysis.heads import attention_patterns, attention_to
+from dlmlab.objectives.mdlm import log_probs_no_mask
+
+Direction = Literal["forward", "reverse"]
+Context = Literal["left", "right", "both"]
+DIRECTIONS: tuple[str, ...] = ("forward", "reverse")
+CONTEXTS: tuple[str, ...] = ("left", "right", "both")
+
+
+@dataclass
+class InductionRows:
+    """Rows of a masked induction evaluation.
+
+    tokens [N, T] clean; noisy [N, T] with masks; target [N] position; source [N] position.
+    """
+
+    tokens: torch.Tensor
+    noisy: torch.Tensor
+    target: torch.Tensor
+    source: torch.Tensor
+
+
+def half_len(tokens: torch.Tensor) -> int:
+    T = tokens.shape[1]
+    if T % 2 or T < 10:
+        raise ValueError(f"repeated sequences need an even length >= 10, got {T}")
+    half = T // 2
+    if not torch.equal(tokens[:, :half], tokens[:, half:]):
+        raise ValueError("tokens are not repeated sequences (first half != second half)")
+    return half
+
+
+def target_range(half: int, direction: str) -> tuple[int, int]:
+    """[lo, hi) of target positions for ``direction`` (2-position margin inside the half)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    start = half if direction == "forward" else 0
+    return start + 2, start + half - 2
+
+
+def sample_targets(n_seq: int, half: int, direction: str, per_seq: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row index into the sequences [N], target position [N]) with ``per_seq`` distinct targets per sequence."""
+    lo, hi = target_range(half, direction)
+    per_seq = min(per_seq, hi - lo)
+    pos = torch.rand(n_seq, hi - lo, generator=gen).argsort(dim=1)[:, :per_seq] + lo
+    return torch.arange(n_seq).repeat_interleave(per_seq), pos.reshape(-1)
+
+
+def build_rows(tokens: torch.Tensor, mask_id: int, direction: str, context: str = "both", per_seq: int = 8,
+               window: Sequence[int] = (), background: float = 0.0, seed: int = 0) -> InductionRows:
+    """One masked row per (sequence, target): see the module docstring for the conditions.
+
+    tokens [B, T] repeated sequences -> InductionRows with N = B * per_seq rows.
+    Targets and background masks depend only on ``seed`` (not on ``context``/``window``),
+    so conditions evaluated with the same seed are paired.
+    """
+    if context not in CONTEXTS:
+        raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+    if not 0.0 <= background < 1.0:
+        raise ValueError(f"background mask rate must be in [0, 1), got {background}")
+    half = half_len(tokens)
+    T = tokens.shape[1]
+    gen = torch.Generator().manual_seed(seed)
+    row, k = sample_targets(tokens.shape[0], half, direction, per_seq, gen)
+    bg = torch.rand(len(row), T, generator=gen) < background
+    x = tokens[row]
+    pos = torch.arange(T)[None]
+    kk = k[:, None]
+    start = half if direction == "forward" else 0
+    masked = pos == kk
+    if context == "left":
+        masked |= (pos > kk) & (pos < start + half)
+    elif context == "right":
+        masked |= (pos >= start) & (pos < kk)
+    for off in window:
+        if abs(off) > 2 or off == 0:
+            raise ValueError(f"window offsets must be in [-2, 2] \\ {{0}}, got {off}")
+        masked |= pos == kk + off
+    masked |= bg
+    noisy = torch.where(masked, torch.full_like(x, mask_id), x)
+    source = k - half if direction == "forward" else k + half
+    return InductionRows(x, noisy, k, source)
+
+
+@torch.no_grad()
+def _batched_logits_at(model, inputs: torch.Tensor, pos: torch.Tensor, batch: int = 512) -> torch.Tensor:
+    """logits [N, V] of ``model(inputs)`` at position ``pos[n]`` of row n, in chunks."""
+    outs = []
+    for i in range(0, inputs.shape[0], batch):
+        x, p = inputs[i:i + batch], pos[i:i + batch]
+        logits = model(x)
+        outs.append(logits[torch.arange(x.shape[0]), p])
+    return torch.cat(outs)
+
+
+@torch.no_grad()
+def masked_accuracy(model, rows: InductionRows, mask_id: int) -> float:
+    """Fraction of rows whose target is the arg-max (mask token excluded) at the target position."""
+    was = model.training
+    model.eval()
+    logits = _batched_logits_at(model, rows.noisy, rows.target)
+    model.train(was)
+    pred = log_probs_no_mask(logits, mask_id).argmax(-1)
+    truth = rows.tokens[torch.arange(len(rows.target)), rows.target]
+    return float((pred == truth).float().mean())
+
+
+def dlm_accuracy(model, tokens: torch.Tensor, mask_id: int, direction: str, context: str = "both",
+                 per_seq: int = 8, window: Sequence[int] = (), background: float = 0.0, seed: int = 0) -> float:
+    """Masked-model induction accuracy for one (direction, context[, window, background]) condition."""
+    return masked_accuracy(model, build_rows(tokens, mask_id, direction, context, per_seq, window, background, seed), mask_id)
+
+
+@torch.no_grad()
+def ar_accuracy(model, tokens: torch.Tensor, direction: str) -> float:
+    """Causal-model next-token accuracy at all targets of ``direction`` (prediction read at k - 1)."""
+    half = half_len(tokens)
+    lo, hi = target_range(half, direction)
+    was = model.training
+    model.eval()
+    logits = model(tokens[:, : hi - 1])
+    model.train(was)
+    pred = logits[:, lo - 1: hi - 1].argmax(-1)
+    return float((pred == tokens[:, lo:hi]).float().mean())
+
+
+def dlm_table(model, tokens: torch.Tensor, mask_id: int, per_seq: int = 8, seed: int = 0) -> dict[str, dict[str, float]]:
+    """{direction: {context: accuracy}} for a masked model."""
+    return {d: {c: dlm_accuracy(model, tokens, mask_id, d, c, per_seq, seed=seed) for c in CONTEXTS} for d in DIRECTIONS}
+
+
+def ar_table(model, tokens: torch.Tensor) -> dict[str, dict[str, float | None]]:
+    """{direction: {context: accuracy}} for a causal model: only ``left`` exists (right/both are None)."""
+    return {d: {"left": ar_accuracy(model, tokens, d), "right": None, "both": None} for d in DIRECTIONS}
+
+
+def local_window(model, tokens: torch.Tensor, mask_id: int, direction: str = "forward", background: float = 0.1,
+                 per_seq: int = 8, seed: int = 0) -> dict[str, float]:
+    """Accuracy with the target alone / +-1 / +-2 only / +-1 and +-2 neighbours masked at a low background rate."""
+    windows = {"none": (), "pm1": (-1, 1), "pm2_only": (-2, 2), "pm1_pm2": (-2, -1, 1, 2)}
+    return {name: dlm_accuracy(model, tokens, mask_id, direction, "both", per_seq, w, background, seed)
+            for name, w in windows.items()}
+
+
+def dlm_induction_scores(model, tokens: torch.Tensor, mask_id: int, direction: str = "forward", per_seq: int = 4,
+                         seed: int = 0) -> torch.Tensor:
+    """[L, H] attention from a masked target to its source (the copy in the other half)."""
+    rows = build_rows(tokens, mask_id, direction, "both", per_seq, seed=seed)
+    return attention_to(model, rows.noisy, rows.target, rows.source)
+
+
+def ar_induction_scores(model, tokens: torch.Tensor) -> torch.Tensor:
+    """[L, H] TransformerLens induction score: attention from query q >= half to key q - half + 1."""
+    half = half_len(tokens)
+    pats = attention_patterns(model, tokens)
+    # diagonal offset -(half - 1): entries (q, q - half + 1) for q >= half - 1; drop q = half - 1
+    return torch.stack([pats[i].diagonal(offset=-(half - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, 2))
+                        for i in sorted(pats)])

@@ -1,0 +1,259 @@
+"""dlmlab compare DIR_A DIR_B: how two reproduction runs' results and claims differ.
+
+Each DIR is a single-study output (``DIR/results.json``) or an ``all`` output (``DIR/<study>/results.json``
+plus ``DIR/run_all.json``).  A single study is compared with the same study of an ``all`` run.
+Printed per study: claims that flipped (with their evidence side by side), claims present on one
+side only, numeric results that differ (``results`` and table cells, largest relative difference
+first), other changed values, and studies present in one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlmlab.report.results import fmt, load_results
+
+
+@dataclass
+class Run:
+    path: Path
+    kind: str  # "study" | "all"
+    studies: dict[str, dict]  # name -> results.json
+    status: dict[str, str] = field(default_factory=dict)  # name -> status from the manifest (all runs)
+    preset: str | None = None
+    walls: dict[str, float] = field(default_factory=dict)  # name -> wall time measured by `reproduce all`
+
+
+def load_run(path: str | Path) -> Run:
+    """A run directory of either layout; raises ``FileNotFoundError`` naming what was looked for."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a directory")
+    if (path / "results.json").exists():
+        res = load_results(path)
+        return Run(path, "study", {res.get("study") or path.name: res}, preset=res.get("preset"))
+    studies = {}
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        if (sub / "results.json").exists():
+            res = load_results(sub)
+            studies[res.get("study") or sub.name] = res
+    status, preset, walls = {}, None, {}
+    manifest = path / "run_all.json"
+    if manifest.exists():
+        try:
+            man = json.loads(manifest.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{manifest} is not valid JSON: {e}") from None
+        preset = man.get("preset")
+        status = {n: s.get("status", "?") for n, s in (man.get("studies") or {}).items()}
+        walls = {n: s["wall_time_s"] for n, s in (man.get("studies") or {}).items() if s.get("wall_time_s")}
+    if not studies and not status:
+        raise FileNotFoundError(f"no results.json in {path} or in its study folders (is it a dlmlab run?)")
+    if preset is None and studies:
+        preset = next(iter(studies.values())).get("preset")
+    return Run(path, "all", studies, status, preset, walls)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def flatten(res: dict) -> dict[str, Any]:
+    """Scalar leaves of ``results`` (dotted keys) and of every table cell (``table[title][row][column]``)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, x: Any) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(x, list) and len(x) <= 64:
+            for i, v in enumerate(x):
+                walk(f"{prefix}[{i}]", v)
+        elif isinstance(x, list):
+            out[prefix] = f"<list of {len(x)}>"
+        else:
+            out[prefix] = x
+
+    walk("", res.get("results") or {})
+    for t in res.get("tables") or []:
+        cols = t.get("columns") or []
+        for r, row in enumerate(t.get("rows") or []):
+            keyed = bool(row) and isinstance(row[0], str)  # first column names the row
+            label, cells = (row[0], zip(cols[1:], row[1:])) if keyed else (r, zip(cols, row))
+            for c, v in cells:
+                out[f"table[{t.get('title', '')}][{label}][{c}]"] = v
+    return out
+
+
+@dataclass
+class StudyDiff:
+    name: str
+    only_in: str | None = None  # "A" / "B" when the study is present in one run only
+    presets: tuple = (None, None)
+    walls: tuple = (None, None)
+    flipped: list[tuple[dict, dict]] = field(default_factory=list)
+    same_claims: int = 0
+    claims_only: dict[str, list[str]] = field(default_factory=lambda: {"A": [], "B": []})
+    numeric: list[tuple[str, float, float]] = field(default_factory=list)  # key, a, b
+    changed: list[tuple[str, Any, Any]] = field(default_factory=list)
+    keys_only: dict[str, list[str]] = field(default_factory=lambda: {"A": [], "B": []})
+    n_compared: int = 0
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.only_in or self.flipped or self.numeric or self.changed
+                    or self.claims_only["A"] or self.claims_only["B"] or self.keys_only["A"] or self.keys_only["B"])
+
+
+def _rel(a: float, b: float) -> float:
+    scale = max(abs(a), abs(b))
+    return 0.0 if scale == 0 else abs(a - b) / scale
+
+
+def diff_study(name: str, a: dict, b: dict, rtol: float = 1e-9) -> StudyDiff:
+    d = StudyDiff(name, presets=(a.get("preset"), b.get("preset")), walls=(a.get("wall_time_s"), b.get("wall_time_s")))
+    ca = {c["id"]: c for c in a.get("claims") or []}
+    cb = {c["id"]: c for c in b.get("claims") or []}
+    for cid, c in ca.items():
+        if cid not in cb:
+            d.claims_only["A"].append(cid)
+        elif c.get("holds") != cb[cid].get("holds"):
+            d.flipped.append((c, cb[cid]))
+        else:
+            d.same_claims += 1
+    d.claims_only["B"] = [cid for cid in cb if cid not in ca]
+    fa, fb = flatten(a), flatten(b)
+    for k, va in fa.items():
+        if k not in fb:
+            d.keys_only["A"].append(k)
+            continue
+        vb = fb[k]
+        d.n_compared += 1
+        if _is_num(va) and _is_num(vb):
+            if (math.isnan(va) and math.isnan(vb)) or _rel(float(va), float(vb)) <= rtol:
+                continue
+            d.numeric.append((k, float(va), float(vb)))
+        elif va != vb:
+            d.changed.append((k, va, vb))
+    d.keys_only["B"] = [k for k in fb if k not in fa]
+    d.numeric.sort(key=lambda t: -_rel(t[1], t[2]) if not (math.isnan(t[1]) or math.isnan(t[2])) else -math.inf)
+    return d
+
+
+def compare(a: Run, b: Run, rtol: float = 1e-9) -> list[StudyDiff]:
+    from dlmlab.studies import STUDIES
+
+    names = list(a.studies) + [n for n in b.studies if n not in a.studies]
+    names += [n for n in list(a.status) + list(b.status) if n not in names]
+    names = list(dict.fromkeys(names))
+    if a.kind == "study" and b.kind == "all" or a.kind == "all" and b.kind == "study":
+        single = a if a.kind == "study" else b
+        names = list(single.studies)  # compare one study with its counterpart in the `all` run
+    order = {n: i for i, n in enumerate(STUDIES)}
+    names.sort(key=lambda n: order.get(n, len(order)))
+    diffs = []
+    for n in names:
+        ra, rb = a.studies.get(n), b.studies.get(n)
+        if ra is not None and rb is not None:
+            d = diff_study(n, ra, rb, rtol)
+            d.walls = (a.walls.get(n, d.walls[0]), b.walls.get(n, d.walls[1]))
+            diffs.append(d)
+        else:
+            diffs.append(StudyDiff(n, only_in="A" if ra is not None else ("B" if rb is not None else "neither")))
+    return diffs
+
+
+def _v(x: Any) -> str:
+    if _is_num(x) and isinstance(x, float):
+        return f"{x:.6g}"
+    if isinstance(x, (dict, list)):
+        s = json.dumps(x)
+        return s if len(s) < 60 else s[:57] + "..."
+    return fmt(x)
+
+
+def _holds(h: Any) -> str:
+    return "n/a" if h is None else ("holds" if h else "does not hold")
+
+
+def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
+    from dlmlab.report.html import fmt_duration
+
+    lines = [f"A: {a.path}  ({a.kind}, preset {a.preset})", f"B: {b.path}  ({b.kind}, preset {b.preset})"]
+    tot = {"flipped": 0, "numeric": 0, "missing": 0}
+    for d in diffs:
+        lines.append("")
+        if d.only_in:
+            other = "B" if d.only_in == "A" else "A"
+            run = b if other == "B" else a
+            why = run.status.get(d.name)
+            if d.only_in == "neither":
+                lines.append(f"== {d.name} ==  no results in either run "
+                             f"(A: {a.status.get(d.name, 'absent')}, B: {b.status.get(d.name, 'absent')})")
+            else:
+                lines.append(f"== {d.name} ==  MISSING in {other}" + (f" (status there: {why})" if why else ""))
+            tot["missing"] += 1
+            continue
+        head = f"== {d.name} ==  wall time {fmt_duration(d.walls[0])} -> {fmt_duration(d.walls[1])}"
+        if d.presets[0] != d.presets[1]:
+            head += f"  PRESET {d.presets[0]} -> {d.presets[1]}"
+        lines.append(head)
+        lines.append(f"claims: {len(d.flipped)} flipped, {d.same_claims} unchanged"
+                     + (f", only in A: {', '.join(d.claims_only['A'])}" if d.claims_only["A"] else "")
+                     + (f", only in B: {', '.join(d.claims_only['B'])}" if d.claims_only["B"] else ""))
+        for ca, cb in d.flipped:
+            lines.append(f"  FLIPPED {ca['id']}: {_holds(ca.get('holds'))} -> {_holds(cb.get('holds'))}")
+            ev_a, ev_b = ca.get("evidence") or {}, cb.get("evidence") or {}
+            for k in list(dict.fromkeys([*ev_a, *ev_b])):
+                if ev_a.get(k) != ev_b.get(k):
+                    lines.append(f"      {k}: {_v(ev_a.get(k))} -> {_v(ev_b.get(k))}")
+        lines.append(f"results: {len(d.numeric)} numeric values differ, {len(d.changed)} other values changed "
+                     f"(of {d.n_compared} compared)")
+        if d.numeric:
+            rows = [("value", "A", "B", "B - A", "change")]
+            for k, va, vb in d.numeric[:max_rows]:
+                change = f"{(vb - va) / abs(va):+.1%}" if va else "n/a"
+                rows.append((k, _v(va), _v(vb), _v(vb - va), change))
+            w = [min(max(len(r[i]) for r in rows), 70) for i in range(5)]
+            for r in rows:
+                cells = "  ".join(c.rjust(wi) for c, wi in zip(r[1:], w[1:]))
+                lines.append("  " + r[0][:70].ljust(w[0]) + "  " + cells)
+            if len(d.numeric) > max_rows:
+                lines.append(f"  ... {len(d.numeric) - max_rows} more (use --max-rows)")
+        for k, va, vb in d.changed[:max_rows]:
+            lines.append(f"  changed {k}: {_v(va)} -> {_v(vb)}")
+        for side in ("A", "B"):
+            ks = d.keys_only[side]
+            if ks:
+                more = " ..." if len(ks) > 8 else ""
+                lines.append(f"  {len(ks)} values only in {side}: " + ", ".join(ks[:8]) + more)
+        tot["flipped"] += len(d.flipped)
+        tot["numeric"] += len(d.numeric)
+    lines += ["", f"summary: {tot['flipped']} claims flipped, {tot['numeric']} numeric results differ, "
+              f"{tot['missing']} studies missing on one side"]
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir_a", metavar="DIR_A", help="a run directory (one study, or `reproduce all` output)")
+    p.add_argument("dir_b", metavar="DIR_B", help="the run directory to compare it with")
+    p.add_argument("--rtol", type=float, default=1e-9,
+                   help="numbers whose relative difference is at most this count as equal (default 1e-9)")
+    p.add_argument("--max-rows", type=int, default=25, help="numeric differences listed per study (default 25)")
+    p.add_argument("--exit-code", action="store_true", help="exit 1 when the runs differ (like git diff)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.rtol < 0 or args.max_rows < 0:
+        raise ValueError("--rtol and --max-rows must be >= 0")
+    a, b = load_run(args.dir_a), load_run(args.dir_b)
+    if a.kind == "study" and b.kind == "study" and set(a.studies) != set(b.studies):
+        raise ValueError(f"{a.path} is study {next(iter(a.studies))!r} but {b.path} is {next(iter(b.studies))!r}")
+    diffs = compare(a, b, args.rtol)
+    print(render(a, b, diffs, args.max_rows))
+    return 1 if args.exit_code and any(d.differs for d in diffs) else 0

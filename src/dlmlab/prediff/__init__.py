@@ -1,0 +1,13 @@
+"""PreDiff-LM: adapting a pretrained causal LM to masked diffusion with hybrid attention.
+
+``model.PreDiffLM`` wraps a toolkit :class:`~dlmlab.models.Transformer` (e.g. from
+``load_gpt2`` / ``load_llama``); ``objectives`` holds the recipe and its baselines.
+Sampling lives in :mod:`dlmlab.sampling`, metrics in :mod:`dlmlab.metrics` and the
+study in :mod:`dlmlab.studies.prediff`.
+"""
+
+from dlmlab.prediff.model import PreDiffLM, TimeEmbedding, add_mask_token, sinusoidal
+from dlmlab.prediff.objectives import METHODS, MethodConfig, annealed_mask, diffusion_loss, eval_nelbo, make_task
+
+__all__ = ["PreDiffLM", "TimeEmbedding", "add_mask_token", "sinusoidal", "METHODS", "MethodConfig", "annealed_mask",
+           "diffusion_loss", "eval_nelbo", "make_task"]

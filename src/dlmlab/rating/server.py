@@ -1,0 +1,135 @@
+"""Local HTTP server of the rating page (stdlib ``http.server``, bound to 127.0.0.1).
+
+Routes: ``GET /`` page, ``GET /api/next`` -> ``{token, prompt, left, right, rated, total}`` or
+``{done: true, ...}``, ``POST /api/choice`` ``{token, choice: left|right|tie}``, ``GET /results``
+(win rates, HTML) and ``GET /api/results`` (JSON).  Method names never reach the rating page: the
+server keeps which sample is on which side behind a random token.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import threading
+from collections import OrderedDict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from dlmlab.rating.page import RATE_PAGE, results_page
+from dlmlab.rating.samples import Pair, Sample, all_pairs, load_samples
+from dlmlab.rating.store import CHOICES, RatingStore
+
+HOST = "127.0.0.1"
+MAX_PENDING = 1000
+MAX_BODY = 64 * 1024
+
+
+class RatingApp:
+    """Pairs to rate, the store, and the pairs currently shown (token -> pair, left, right)."""
+
+    def __init__(self, samples_path: str | Path, db_path: str | Path, seed: int | None = None):
+        self.samples_path = Path(samples_path)
+        self.pairs: list[Pair] = all_pairs(load_samples(self.samples_path))
+        self.store = RatingStore(db_path)
+        self.rng = random.Random(seed)
+        self.pending: OrderedDict[str, tuple[Pair, Sample, Sample]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def next_pair(self) -> dict:
+        """An unrated pair from the least-rated method pair, sides in random order."""
+        rated = self.store.rated_keys()
+        todo = [p for p in self.pairs if p.key not in rated]
+        done = {"rated": len({p.key for p in self.pairs} & rated), "total": len({p.key for p in self.pairs})}
+        if not todo:
+            return {"done": True, **done}
+        counts = self.store.method_pair_counts()
+        fewest = min(counts.get(p.methods, 0) for p in todo)
+        pair = self.rng.choice([p for p in todo if counts.get(p.methods, 0) == fewest])
+        left, right = (pair.a, pair.b) if self.rng.random() < 0.5 else (pair.b, pair.a)
+        token = secrets.token_urlsafe(12)
+        with self.lock:
+            self.pending[token] = (pair, left, right)
+            while len(self.pending) > MAX_PENDING:
+                self.pending.popitem(last=False)
+        return {"done": False, "token": token, "prompt": pair.prompt, "left": left.text, "right": right.text,
+                **done}
+
+    def choose(self, token: str, choice: str) -> int | None:
+        """Store the choice for ``token``; ``None`` if the token is unknown (expired or already used)."""
+        if choice not in CHOICES:
+            raise ValueError(f"choice must be one of {list(CHOICES)}")
+        with self.lock:
+            item = self.pending.pop(token, None)
+        if item is None:
+            return None
+        return self.store.record(*item, choice)
+
+
+def _handler(app: RatingApp) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "dlmlab-rate"
+
+        def log_message(self, fmt: str, *args) -> None:  # quiet: no per-request lines
+            pass
+
+        def _send(self, code: int, body: str, ctype: str) -> None:
+            data = body.encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _json(self, code: int, obj: dict) -> None:
+            self._send(code, json.dumps(obj), "application/json")
+
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            if path == "/":
+                self._send(200, RATE_PAGE, "text/html; charset=utf-8")
+            elif path == "/api/next":
+                self._json(200, app.next_pair())
+            elif path == "/results":
+                self._send(200, results_page(app.store, str(app.samples_path)), "text/html; charset=utf-8")
+            elif path == "/api/results":
+                self._json(200, {"count": app.store.count(), "win_rates": [
+                    {"method": w.method, "win_rate": w.win_rate, "wins": w.wins, "ties": w.ties,
+                     "losses": w.losses, "comparisons": w.comparisons} for w in app.store.win_rates()]})
+            elif path == "/favicon.ico":
+                self.send_response(204)
+                self.end_headers()
+            else:
+                self._json(404, {"error": f"no such page: {path}"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path != "/api/choice":
+                return self._json(404, {"error": f"no such endpoint: {self.path}"})
+            if not self.headers.get("Content-Type", "").startswith("application/json"):
+                return self._json(415, {"error": "send JSON (Content-Type: application/json)"})
+            try:
+                n = int(self.headers.get("Content-Length", "0"))
+                if not 0 < n <= MAX_BODY:
+                    raise ValueError("bad Content-Length")
+                body = json.loads(self.rfile.read(n))
+                token, choice = str(body["token"]), str(body["choice"])
+                row = app.choose(token, choice)
+            except (ValueError, KeyError, TypeError) as e:
+                return self._json(400, {"error": f"bad request: {e}"})
+            if row is None:
+                return self._json(409, {"error": "unknown or already used token"})
+            self._json(200, {"ok": True, "id": row, "rated": app.store.count()})
+
+    return Handler
+
+
+def make_server(samples_path: str | Path, db_path: str | Path, port: int = 8765,
+                seed: int | None = None) -> ThreadingHTTPServer:
+    """A server on 127.0.0.1:``port`` (0 = any free port); call ``serve_forever()`` on it."""
+    app = RatingApp(samples_path, db_path, seed)
+    server = ThreadingHTTPServer((HOST, port), _handler(app))
+    server.daemon_threads = True
+    server.app = app  # type: ignore[attr-defined]
+    return server

@@ -1,0 +1,45 @@
+"""Token selection shared by the samplers: temperature, nucleus (top-p), Gumbel-max in float64."""
+
+from __future__ import annotations
+
+import torch
+
+
+def top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Log-probs [..., V] -> the same with tokens outside the smallest set of mass >= top_p set to -inf."""
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_p >= 1:
+        return logp
+    sorted_lp, idx = logp.sort(dim=-1, descending=True)
+    cum = sorted_lp.exp().cumsum(-1)
+    drop = (cum - sorted_lp.exp()) >= top_p  # keep a token if the mass before it is < top_p (the top one always)
+    sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
+    return torch.full_like(logp, float("-inf")).scatter(-1, idx, sorted_lp)
+
+
+def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
+                       generator: torch.Generator | None = None, banned: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [..., V] -> (token ids [...], probability of each chosen token under the filtered distribution [...]).
+
+    Computed in float64 (Gumbel noise included: float32 Gumbel-max is biased towards
+    low-probability tokens).  ``temperature = 0`` is greedy.  ``banned``: an id never
+    drawn (the mask token).
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    lg = logits.double()
+    if banned is not None:
+        lg = lg.clone()
+        lg[..., banned] = float("-inf")
+    if temperature == 0:
+        logp = lg.log_softmax(-1)
+        tok = logp.argmax(-1)
+        return tok, logp.gather(-1, tok[..., None]).squeeze(-1).exp()
+    logp = top_p_filter((lg / temperature).log_softmax(-1), top_p)
+    logp = logp.log_softmax(-1)  # renormalise after filtering
+    u = torch.rand(logp.shape, generator=generator, dtype=torch.float64, device="cpu").to(logp.device)
+    gumbel = -torch.log(-torch.log(u.clamp(min=1e-300)))
+    tok = (logp + gumbel).argmax(-1)
+    return tok, logp.gather(-1, tok[..., None]).squeeze(-1).exp()

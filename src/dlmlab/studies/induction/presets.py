@@ -1,0 +1,58 @@
+"""Typed presets of the induction study (smoke / cpu / paper)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlmlab.config import require
+
+
+@dataclass
+class InductionPreset:
+    """Matched attention-only AR / masked-diffusion pairs at depths ``depths``.
+
+    Training rows are repeated random-token sequences (ids after the text vocabulary) with
+    probability ``p_repeated`` and natural-text windows of ``text_source`` otherwise.
+    """
+
+    depths: list[int] = field(default_factory=lambda: [1, 2, 3])
+    d_model: int = 64
+    n_heads: int = 4
+    seq_len: int = 64
+    n_random: int = 128
+    p_repeated: float = 0.5
+    text_source: str = "tinyshakespeare"
+    tokenizer: str = "char"
+    bpe_vocab: int = 1024
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    ckpt_every: int = 100
+    eval_seqs: int = 128  # repeated sequences for the accuracy evaluations
+    per_seq: int = 8  # masked targets per sequence (DLM rows = eval_seqs * per_seq)
+    probe_seqs: int = 256  # corrupted sequences for the mask-rate probe
+    background: float = 0.1  # global mask rate of the local-window test
+    seed: int = 0
+
+    def validate(self) -> None:
+        require(len(self.depths) > 0 and all(d >= 1 for d in self.depths), f"depths must be >= 1, got {self.depths}")
+        require(self.seq_len % 2 == 0 and self.seq_len >= 12, f"seq_len must be even and >= 12, got {self.seq_len}")
+        require(self.d_model % self.n_heads == 0, f"d_model {self.d_model} not divisible by n_heads {self.n_heads}")
+        require(0.0 <= self.p_repeated <= 1.0, f"p_repeated must be in [0, 1], got {self.p_repeated}")
+        require(self.n_random >= self.seq_len // 2, f"n_random ({self.n_random}) must be >= seq_len/2")
+        require(self.steps > 0 and self.batch_size > 0, "steps and batch_size must be > 0")
+        require(self.ckpt_every >= 0, "ckpt_every must be >= 0")
+        require(self.eval_seqs > 0 and self.per_seq > 0 and self.probe_seqs >= 8, "eval sizes must be positive")
+        require(0.0 <= self.background < 1.0, f"background must be in [0, 1), got {self.background}")
+
+
+PRESETS: dict[str, InductionPreset] = {
+    "smoke": InductionPreset(depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, steps=40,
+                             batch_size=16, ckpt_every=20, eval_seqs=16, per_seq=4, probe_seqs=32),
+    "cpu": InductionPreset(),
+    "paper": InductionPreset(d_model=512, n_heads=16, seq_len=512, n_random=4096, tokenizer="bpe", bpe_vocab=8192,
+                             text_source="wikitext2-test", steps=20000, batch_size=64, lr=1e-3, warmup_steps=1000,
+                             ckpt_every=1000, eval_seqs=512, per_seq=16, probe_seqs=1024),
+}

@@ -1,0 +1,68 @@
+"""Training the matched AR / masked-diffusion attention-only pairs with the toolkit loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dlmlab.data import DataConfig, load_corpus
+from dlmlab.models import Transformer, TransformerConfig
+from dlmlab.objectives import ar_loss, mdlm_loss
+from dlmlab.objectives.schedule import sample_t
+from dlmlab.studies.induction.presets import InductionPreset
+from dlmlab.tasks.repeated import RepeatedVocab, mixed_batch
+from dlmlab.training import TrainConfig, train
+
+OBJECTIVES = ("ar", "dlm")
+
+
+@dataclass
+class Data:
+    text_ids: torch.Tensor  # [N] training split of the natural text
+    vocab: RepeatedVocab
+
+
+def load_data(p: InductionPreset) -> Data:
+    stream, tok = load_corpus(DataConfig(source=p.text_source, tokenizer=p.tokenizer, bpe_vocab=p.bpe_vocab,
+                                         seq_len=p.seq_len))
+    return Data(stream.train, RepeatedVocab(tok.vocab_size, p.n_random))
+
+
+def model_config(p: InductionPreset, vocab: RepeatedVocab, n_layers: int, objective: str) -> TransformerConfig:
+    """Same shape for both objectives; only the attention mask differs."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    return TransformerConfig(vocab_size=vocab.model_vocab, d_model=p.d_model, n_layers=n_layers, n_heads=p.n_heads,
+                             d_mlp=0, attn_mask="causal" if objective == "ar" else "bidirectional",
+                             max_seq_len=p.seq_len, positions="learned")
+
+
+def train_config(p: InductionPreset, progress: bool) -> TrainConfig:
+    return TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=min(p.warmup_steps, p.steps),
+                       weight_decay=p.weight_decay, schedule="cosine", seed=p.seed, log_every=max(1, p.steps // 50),
+                       ckpt_every=p.ckpt_every, keep_checkpoints=0, progress=progress)
+
+
+def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, out: Path | None,
+                progress: bool = True) -> tuple[Transformer, list[dict]]:
+    """Train one model (AR: next-token loss, causal; DLM: MDLM loss, bidirectional) -> (model, metric rows)."""
+    torch.manual_seed(p.seed)
+    model = Transformer(model_config(p, data.vocab, n_layers, objective))
+    v = data.vocab
+    T = p.seq_len
+
+    def make_batch(step: int, gen: torch.Generator) -> dict:
+        x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, v.lo, v.hi, gen)
+        if objective == "ar":
+            return {"tokens": x}
+        return {"tokens": x, "t": sample_t(p.batch_size, gen), "noise": torch.rand(x.shape, generator=gen)}
+
+    def loss_fn(m, batch):
+        if objective == "ar":
+            return ar_loss(m, batch["tokens"])
+        return mdlm_loss(m, batch["tokens"], v.mask_id, t=batch["t"], noise=batch["noise"])
+
+    hist = train(model, train_config(p, progress), make_batch, loss_fn, out_dir=out, desc=f"{objective} L{n_layers}")
+    return model, hist

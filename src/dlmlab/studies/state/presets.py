@@ -1,0 +1,82 @@
+"""Typed presets of the state study (smoke / cpu / paper)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlmlab.config import require
+
+ALL_ARCHS = ["transformer", "mamba", "mamba2", "lstm", "gru"]
+ALL_TASKS = ["parity", "s3", "dyck", "code_depth"]
+
+
+@dataclass
+class StatePreset:
+    """Every architecture in ``archs`` is trained on every task in ``tasks`` at ``train_len``.
+
+    Sizes: ``d_model`` / ``n_layers`` for all; non-transformer widths are chosen by
+    :func:`dlmlab.models.factory.build_model` to match the transformer's parameter count.
+    ``steps`` maps task -> training steps (missing tasks use ``default_steps``).
+    ``pretrained_paths``: local Hugging Face checkpoints (Pythia / Mamba) for the
+    pretrained-scale part (also read from the env var ``DLMLAB_STATE_PRETRAINED``,
+    comma-separated); empty -> that part is skipped with a note.
+    """
+
+    archs: list[str] = field(default_factory=lambda: list(ALL_ARCHS))
+    tasks: list[str] = field(default_factory=lambda: list(ALL_TASKS))
+    d_model: int = 128
+    n_layers: int = 4
+    default_steps: int = 400
+    steps: dict = field(default_factory=dict)
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    train_len: int = 40
+    eval_lens: list[int] = field(default_factory=lambda: [40, 60, 80, 100, 120])
+    eval_seqs: int = 128  # sequences per evaluation length
+    probe_seqs: int = 128  # sequences (of train_len) whose states are probed
+    probe_samples: int = 2000  # positions per probe
+    probe_max_iter: int = 200
+    conv_ablation: bool = True  # also train Mamba without Conv1D on every task
+    patch_tasks: list[str] = field(default_factory=lambda: ["parity", "s3"])
+    patch_seqs: int = 64
+    patch_all_positions: bool = False  # False: patch positions 0, c-1, c, c+1, T-2, T-1 only
+    dyck_k: int = 2
+    dyck_max_depth: int = 10
+    code_max_files: int = 0  # 0 = all top-level stdlib files
+    code_max_depth: int = 15
+    pretrained_paths: list[str] = field(default_factory=list)
+    pretrained_task: str = "parity"
+    pretrained_steps: int = 300
+    seed: int = 0
+
+    def steps_for(self, task: str) -> int:
+        return int(self.steps.get(task, self.default_steps))
+
+    def validate(self) -> None:
+        bad = sorted(set(self.archs) - set(ALL_ARCHS))
+        require(not bad, f"unknown architecture(s) {bad}; choose from {ALL_ARCHS}")
+        bad = sorted(set(self.tasks) - set(ALL_TASKS))
+        require(not bad, f"unknown task(s) {bad}; choose from {ALL_TASKS}")
+        require(self.archs and self.tasks, "archs and tasks must be non-empty")
+        require(self.d_model > 0 and self.n_layers >= 1, "d_model and n_layers must be positive")
+        require(self.default_steps > 0 and all(int(v) > 0 for v in self.steps.values()), "steps must be > 0")
+        require(self.train_len >= 4, f"train_len must be >= 4, got {self.train_len}")
+        require(self.train_len in self.eval_lens, "eval_lens must include train_len")
+        require(all(n >= 4 for n in self.eval_lens), "eval_lens must be >= 4")
+        require(self.eval_seqs > 0 and self.probe_seqs >= 8 and self.probe_samples >= 100, "eval/probe sizes too small")
+        require(self.patch_seqs >= 4, "patch_seqs must be >= 4")
+        require(self.pretrained_task in ALL_TASKS, f"pretrained_task must be one of {ALL_TASKS}")
+
+
+PRESETS: dict[str, StatePreset] = {
+    "smoke": StatePreset(d_model=32, n_layers=2, default_steps=25, batch_size=16, eval_lens=[40, 80],
+                         eval_seqs=16, probe_seqs=16, probe_samples=300, probe_max_iter=100, patch_seqs=8,
+                         code_max_files=6),
+    "cpu": StatePreset(d_model=64, n_layers=4, default_steps=300, steps={"parity": 250, "s3": 300, "dyck": 400,
+                                                                          "code_depth": 300},
+                       code_max_files=60),
+    "paper": StatePreset(d_model=128, n_layers=4, default_steps=3000, batch_size=64, lr=1e-3, warmup_steps=200,
+                         eval_seqs=512, probe_seqs=512, probe_samples=8000, probe_max_iter=500, patch_seqs=256,
+                         patch_all_positions=True),
+}

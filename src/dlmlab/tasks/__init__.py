@@ -1,0 +1,1 @@
+"""Tasks and datasets for the studies (synthetic and real)."""

@@ -1,0 +1,176 @@
+"""`dlmlab reproduce all`: runs every study, reuses finished ones, records crashes and missing studies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlmlab.cli.main import main
+from dlmlab.studies.all import MANIFEST, StudiesFailed, run_all, summary_table
+from fake_studies import install, make_study
+
+
+def test_runs_every_study_and_reuses_finished_ones(tmp_path, monkeypatch, capsys):
+    calls = []
+    install(monkeypatch, {n: make_study(n, calls) for n in ["a", "b", "c"]})
+    report = run_all("smoke", tmp_path, progress=False)
+    assert report == tmp_path / "report.html" and report.exists()
+    assert calls == [("a", "smoke"), ("b", "smoke"), ("c", "smoke")]
+    for n in "abc":
+        assert (tmp_path / n / "results.json").exists()
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert man["preset"] == "smoke"
+    assert [s["status"] for s in man["studies"].values()] == ["ran"] * 3
+    assert all(s["wall_time_s"] > 0 for s in man["studies"].values())
+    assert man["studies"]["a"]["claims_hold"] == 1 and man["studies"]["a"]["claims_total"] == 2
+    assert "torch" in man["environment"] and "cpu_count" in man["environment"]
+    table = capsys.readouterr().out
+    assert "claims holding" in table and "1 / 2" in table and "ran" in table
+
+    walls = {n: s["wall_time_s"] for n, s in man["studies"].items()}
+    calls.clear()
+    run_all("smoke", tmp_path, progress=False)
+    assert calls == []  # nothing recomputed
+    man2 = json.loads((tmp_path / MANIFEST).read_text())
+    assert [s["status"] for s in man2["studies"].values()] == ["reused"] * 3
+    assert {n: s["wall_time_s"] for n, s in man2["studies"].items()} == walls  # measured time kept
+
+
+def test_killed_run_continues_where_it_stopped(tmp_path, monkeypatch):
+    calls = []
+    install(monkeypatch, {"a": make_study("a", calls), "b": make_study("b", calls, crash=KeyboardInterrupt()),
+                          "c": make_study("c", calls)})
+    with pytest.raises(KeyboardInterrupt):
+        run_all("cpu", tmp_path, progress=False)
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert {n: s["status"] for n, s in man["studies"].items()} == {"a": "ran", "b": "interrupted", "c": "interrupted"}
+    assert (tmp_path / "report.html").exists()
+
+    calls.clear()
+    install(monkeypatch, {n: make_study(n, calls) for n in ["a", "b", "c"]})
+    run_all("cpu", tmp_path, progress=False)
+    assert calls == [("b", "cpu"), ("c", "cpu")]
+
+
+def test_crash_is_recorded_and_others_still_run(tmp_path, monkeypatch):
+    calls = []
+    install(monkeypatch, {"a": make_study("a", calls, crash=RuntimeError("boom in a")), "b": make_study("b", calls)})
+    with pytest.raises(StudiesFailed) as ei:
+        run_all("smoke", tmp_path, progress=False)
+    assert "a failed" in str(ei.value) and ei.value.report.exists()
+    assert calls == [("a", "smoke"), ("b", "smoke")]
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert man["studies"]["a"]["status"] == "failed" and "boom in a" in man["studies"]["a"]["error"]
+    assert man["studies"]["b"]["status"] == "ran"
+    assert "boom in a" in (tmp_path / "a" / "error.txt").read_text()
+    html = ei.value.report.read_text()
+    assert "boom in a" in html and "RuntimeError" in html
+
+    # the crashed study is retried on the next run; the finished one is not
+    calls.clear()
+    install(monkeypatch, {"a": make_study("a", calls), "b": make_study("b", calls)})
+    run_all("smoke", tmp_path, progress=False)
+    assert calls == [("a", "smoke")]
+    assert not (tmp_path / "a" / "error.txt").exists()
+
+
+def test_missing_study_is_reported_not_faked(tmp_path, monkeypatch):
+    install(monkeypatch, {"a": make_study("a"), "gone": None})
+    with pytest.raises(StudiesFailed, match="gone missing"):
+        run_all("smoke", tmp_path, progress=False)
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert man["studies"]["gone"]["status"] == "missing"
+    assert man["studies"]["gone"]["claims_total"] is None
+    assert not (tmp_path / "gone").exists()
+    assert "Not installed" in (tmp_path / "report.html").read_text()
+
+
+def test_package_without_run_is_missing(tmp_path, monkeypatch):
+    import types
+
+    install(monkeypatch, {"a": make_study("a"), "half": types.ModuleType("half")})
+    with pytest.raises(StudiesFailed, match="half missing"):
+        run_all("smoke", tmp_path, progress=False)
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert "incomplete study package" in man["studies"]["half"]["error"]
+
+
+def test_study_that_writes_nothing_is_a_failure(tmp_path, monkeypatch):
+    mod = make_study("a")
+    mod.run = lambda preset, out, progress=True: None
+    install(monkeypatch, {"a": mod})
+    with pytest.raises(StudiesFailed):
+        run_all("smoke", tmp_path, progress=False)
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert "without writing" in man["studies"]["a"]["error"]
+
+
+def test_other_preset_in_out_dir_is_refused(tmp_path, monkeypatch):
+    calls = []
+    install(monkeypatch, {"a": make_study("a", calls)})
+    run_all("smoke", tmp_path, progress=False)
+    with pytest.raises(ValueError, match="preset smoke"):
+        run_all("cpu", tmp_path, progress=False)
+    (tmp_path / MANIFEST).unlink()  # even without the manifest, results.json says which preset made it
+    with pytest.raises(ValueError, match="'smoke'"):
+        run_all("cpu", tmp_path, progress=False)
+    assert calls == [("a", "smoke")]
+
+
+def test_cli_prints_report_path_and_exit_codes(tmp_path, monkeypatch, capsys):
+    install(monkeypatch, {"a": make_study("a"), "b": make_study("b")})
+    rc = main(["reproduce", "all", "--preset", "smoke", "--out", str(tmp_path / "ok"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.strip().splitlines()[-1] == f"report: {tmp_path / 'ok' / 'report.html'}"
+
+    install(monkeypatch, {"a": make_study("a", crash=ValueError("bad")), "b": make_study("b")})
+    rc = main(["reproduce", "all", "--preset", "smoke", "--out", str(tmp_path / "bad"), "--no-progress"])
+    cap = capsys.readouterr()
+    assert rc == 1
+    assert f"report: {tmp_path / 'bad' / 'report.html'}" in cap.out
+    assert "a failed" in cap.err
+
+    rc = main(["reproduce", "all", "--preset", "cpu", "--out", str(tmp_path / "ok"), "--no-progress"])
+    assert rc == 2 and "preset" in capsys.readouterr().err
+
+
+def test_progress_bar_over_studies(tmp_path, monkeypatch, capsys):
+    install(monkeypatch, {"a": make_study("a"), "b": make_study("b")})
+    run_all("smoke", tmp_path, progress=True)
+    cap = capsys.readouterr()
+    assert "all (smoke)" in cap.err and "2/2" in cap.err
+    assert "[a] done" in cap.out + cap.err
+
+
+def test_summary_table_formats():
+    from dlmlab.studies.all import StudyRun
+
+    t = summary_table([StudyRun("x", status="ran", wall_time_s=125.0, claims_hold=2, claims_total=5),
+                       StudyRun("y", status="missing")])
+    lines = t.splitlines()
+    assert lines[0].split() == ["study", "status", "wall", "time", "claims", "holding"]
+    assert "2m 05s" in t and "2 / 5" in t and "missing" in t and lines[-1].startswith("total")
+
+
+def test_finished_results_are_reused_even_if_the_module_is_gone(tmp_path, monkeypatch):
+    install(monkeypatch, {"a": make_study("a"), "b": make_study("b")})
+    run_all("smoke", tmp_path, progress=False)
+    install(monkeypatch, {"a": make_study("a"), "b": None})
+    run_all("smoke", tmp_path, progress=False)  # no StudiesFailed: b's finished results still stand
+    man = json.loads((tmp_path / MANIFEST).read_text())
+    assert man["studies"]["b"]["status"] == "reused" and man["studies"]["b"]["title"] == "Fake study b"
+
+
+def test_manifest_marks_the_running_study(tmp_path, monkeypatch):
+    seen = {}
+
+    def spy(preset, out, progress=True):
+        seen.update(json.loads((tmp_path / MANIFEST).read_text())["studies"])
+        return make_study("a").run(preset, out, progress)
+
+    mod = make_study("a")
+    mod.run = spy
+    install(monkeypatch, {"a": mod, "b": make_study("b")})
+    run_all("smoke", tmp_path, progress=False)
+    assert seen["a"]["status"] == "running" and seen["b"]["status"] == "pending"

@@ -1,0 +1,105 @@
+"""The self-contained report.html of `dlmlab reproduce all` (content checks + headless Chromium)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from browser_util import browser, console_errors  # noqa: F401
+from dlmlab.report.html import fmt_duration, num, render_report
+from dlmlab.studies.all import StudiesFailed, run_all
+from fake_studies import install, make_study
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """An `all` run with two finished studies, one crashed and one missing."""
+    mp = pytest.MonkeyPatch()
+    out = tmp_path_factory.mktemp("all")
+    install(mp, {"alpha": make_study("alpha", holds=(True, False, None)), "beta": make_study("beta", holds=(True,)),
+                 "crashy": make_study("crashy", crash=ZeroDivisionError("division <by> zero")), "gone": None})
+    with pytest.raises(StudiesFailed) as ei:
+        run_all("smoke", out, progress=False)
+    mp.undo()
+    return ei.value.report
+
+
+def test_report_content(report):
+    html = report.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    # every figure embedded, none linked
+    imgs = re.findall(r'<img src="([^"]+)"', html)
+    assert len(imgs) == 4 and all(s.startswith("data:image/png;base64,iVBOR") for s in imgs)
+    # self-contained: no external resources of any kind
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "<script" not in html and "@import" not in html and "url(" not in html
+    # claims tables: statement, verdict and measured evidence, escaped
+    assert html.count('<tr id="claim-') == 4
+    assert "alpha statement 0 (a &lt; b &amp; c)" in html
+    assert html.count('"badge fails">does not hold<') == 1 and html.count('"badge na">n/a<') == 1
+    assert html.count('"badge holds">holds<') == 2
+    assert '<span class="k">gap</span> = 0.1<' in html and "[1, 2, 3]" in html
+    # setup, results tables, config, captions, escaped
+    assert "Setup of alpha: trained &lt;nothing&gt; on fake data." in html
+    assert "alpha main table" in html and "lower loss is better" in html and "<td class=\"num\">1.25</td>" in html
+    assert "alpha &lt;figure&gt; 0 &amp; caption" in html
+    # crashed study with its traceback, missing study reported as such
+    assert "ZeroDivisionError: division &lt;by&gt; zero" in html
+    assert "Not installed in this checkout" in html
+    assert html.count('class="badge failed"') >= 1 and html.count('class="badge missing"') >= 1
+    # environment: versions, hardware, wall time per study
+    for key in ["torch", "python", "numpy", "cpu_count", "memory_gb", "Wall time per study"]:
+        assert f">{key}<" in html, key
+
+
+def test_missing_figure_file_is_a_note_not_a_broken_image(tmp_path, monkeypatch):
+    install(monkeypatch, {"a": make_study("a")})
+    path = run_all("smoke", tmp_path, progress=False)
+    (tmp_path / "a" / "figures" / "fig1.png").unlink()
+    manifest = __import__("json").loads((tmp_path / "run_all.json").read_text())
+    html = render_report(tmp_path, manifest)
+    assert html.count("<img ") == 1 and "figure file missing: <code>figures/fig1.png</code>" in html
+    assert path.exists()
+
+
+def test_malformed_results_do_not_break_the_report(tmp_path, monkeypatch):
+    import json
+
+    install(monkeypatch, {"a": make_study("a"), "b": make_study("b")})
+    run_all("smoke", tmp_path, progress=False)
+    res = json.loads((tmp_path / "b" / "results.json").read_text())
+    res["tables"] = [{"title": "bad", "rows": 5}]
+    (tmp_path / "b" / "results.json").write_text(json.dumps(res))
+    html = render_report(tmp_path, json.loads((tmp_path / "run_all.json").read_text()))
+    assert "could not render" in html and "a main table" in html
+
+
+def test_number_format():
+    assert [num(x) for x in [0.0, 1.25, 0.1234567, 12345.6, 2.5e-7, 3e7, -0.5]] == \
+        ["0", "1.25", "0.1235", "12346", "2.500e-07", "3.000e+07", "-0.5"]
+
+
+def test_fmt_duration():
+    assert fmt_duration(None) == "-" and fmt_duration(3.21) == "3.2 s"
+    assert fmt_duration(61) == "1m 01s" and fmt_duration(3725) == "1h 02m 05s"
+
+
+def test_report_renders_in_chromium(report, browser):  # noqa: F811
+    page = browser.new_page()
+    errors = console_errors(page)
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(report.as_uri(), wait_until="load", timeout=30_000)
+    assert "dlmlab" in page.title()
+    n_img = page.locator("img").count()
+    assert n_img == 4
+    widths = page.eval_on_selector_all("img", "els => els.map(e => e.complete ? e.naturalWidth : -1)")
+    assert all(w > 0 for w in widths), widths
+    assert page.locator("table.claims tbody tr").count() == 4
+    assert page.locator("section").count() == 5  # 4 studies + environment
+    assert page.locator("h2", has_text="Fake study alpha").is_visible()
+    external = [u for u in requests if not u.startswith(("file:", "data:"))]
+    assert external == []
+    assert errors == []
+    page.close()
