@@ -180,11 +180,29 @@ def test_head_weights_shapes_and_reconstruction(tokens):
     assert torch.allclose(q, c["blocks.0.attn.q"], atol=1e-5)
 
 
-def test_gradients_flow_through_both_paths(tokens):
-    model = tiny_transformer(attn_mask="bidirectional", positions="alibi").train()
+@pytest.mark.parametrize("mask,pos", [("bidirectional", "alibi"), ("causal", "learned"), ("hybrid", "rope")])
+def test_gradients_flow_through_both_paths(tokens, mask, pos):
+    model = tiny_transformer(attn_mask=mask, positions=pos).train()
+    if mask == "hybrid":
+        model = _with_prompt(model, 4)
     model(tokens).sum().backward()
     g_fast = model.blocks[0].attn.W_q.weight.grad.clone()
     model.zero_grad()
     with model.cache(["*.pattern"], detach=False):
         model(tokens).sum().backward()
     assert torch.allclose(g_fast, model.blocks[0].attn.W_q.weight.grad, atol=1e-5)
+
+
+class _with_prompt(torch.nn.Module):
+    """Wrap a hybrid model so forward() passes a fixed prompt_len."""
+
+    def __init__(self, model, P):
+        super().__init__()
+        self.m, self.P = model, P
+        self.blocks = model.blocks
+
+    def forward(self, x):
+        return self.m(x, prompt_len=self.P)
+
+    def cache(self, *a, **k):
+        return self.m.cache(*a, **k)

@@ -76,6 +76,7 @@ def ablate_heads(model, heads: Iterable[tuple[int, int]], kind: str = "zero",
         yield
 
 
+@torch.no_grad()
 def ablation_effects(model, metric: Callable[[object], float], kind: str = "mean",
                      means: dict[int, torch.Tensor] | None = None) -> tuple[float, torch.Tensor]:
     """(metric without ablation, drop [L, H] = base - metric with that single head ablated)."""

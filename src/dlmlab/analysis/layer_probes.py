@@ -83,7 +83,14 @@ def token_control_labels(tokens: np.ndarray, labels: np.ndarray, seed: int = 0) 
     """Hewitt & Liang control: a fixed random label per token id, drawn from the label marginal."""
     rng = np.random.default_rng(seed)
     vocab = int(tokens.max()) + 1 if tokens.size else 0
-    table = rng.choice(labels, size=vocab, replace=True) if labels.size else np.zeros(vocab, dtype=int)
+    if not labels.size:
+        return np.zeros_like(tokens)
+    classes = np.unique(labels)
+    table = rng.choice(labels, size=vocab, replace=True)
+    present = np.unique(tokens)
+    if len(classes) > 1 and len(present) > 1 and len(np.unique(table[present])) < 2:
+        # a probe needs two classes: give the first two observed tokens two different labels
+        table[present[:2]] = rng.choice(classes, size=2, replace=False)
     return table[tokens]
 
 

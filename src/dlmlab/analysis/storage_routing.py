@@ -100,7 +100,7 @@ def final_norm_scale(model, resid: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StorageRouting:
-    """Decomposition of ``logit`` [N] = ``routed.sum((1, 2)) + rest``.
+    """Decomposition of ``logit`` [N] (or the margin, with ``contrast``) = ``routed.sum((1, 2)) + rest``.
 
     alpha [N, H, T]: routing weights from each query position to every key position;
     storage [N, H, T]: value-side evidence each key position carries for the target;
@@ -121,9 +121,15 @@ class StorageRouting:
 
 
 @torch.no_grad()
-def storage_routing(model, q: Queries, layer: int = 0, exclude: tuple[int, ...] = (), **forward_kwargs) -> StorageRouting:
+def storage_routing(model, q: Queries, layer: int = 0, exclude: tuple[int, ...] = (),
+                    contrast: torch.Tensor | None = None, **forward_kwargs) -> StorageRouting:
     """Decompose the logit of ``q.target`` at ``q.query_pos`` through the heads of ``layer`` (any toolkit
-    Transformer; exact for the run, see the module docstring).  ``exclude`` ids are dropped from ``probs``."""
+    Transformer; exact for the run, see the module docstring).  ``exclude`` ids are dropped from ``probs``.
+
+    ``contrast`` [C] token ids: decompose the logit *margin* ``logit[target] - mean_c logit[c]`` instead
+    (storage then measures how much key j favours the target over the contrast set, e.g. all entities of
+    the target's type), which removes evidence shared by every candidate.
+    """
     _check_layer(model, layer)
     last = len(model.blocks) - 1
     names = [f"blocks.{layer}.attn.pattern", f"blocks.{layer}.attn.v", f"blocks.{last}.resid_post"]
@@ -138,10 +144,13 @@ def storage_routing(model, q: Queries, layer: int = 0, exclude: tuple[int, ...] 
     head_vec = torch.einsum("nthd,hdm->nhtm", v, W_O)  # [N,H,T,D]
     lin = _final_linear(model, resid)(head_vec)
     W_U = model.unembed.weight[q.target]  # [N,D]
+    logit = logits[rows, q.query_pos, q.target]
+    if contrast is not None:
+        W_U = W_U - model.unembed.weight[contrast].mean(0)
+        logit = logit - logits[rows, q.query_pos][:, contrast].mean(1)
     storage = torch.einsum("nhtm,nm->nht", lin, W_U)
     alpha = pattern[rows, :, q.query_pos]  # [N,H,T]
     routed = alpha * storage
-    logit = logits[rows, q.query_pos, q.target]
     at = logits[rows, q.query_pos].float()
     if exclude:
         at[:, list(exclude)] = float("-inf")

@@ -9,6 +9,8 @@ Hook points (TransformerLens conventions, shapes per call):
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,6 +19,13 @@ from dlmlab.hooks import HookPoint
 from dlmlab.models.config import TransformerConfig
 from dlmlab.models.kv_cache import KVCache
 from dlmlab.models.positions import apply_rope
+
+
+@functools.lru_cache(maxsize=32)
+def causal_bias(T: int, Tk: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Additive causal mask [T, Tk] (0 / -inf) for queries at the last T of Tk positions; cached, read-only."""
+    keep = torch.ones(T, Tk, dtype=torch.bool, device=device).tril(Tk - T)
+    return torch.zeros(T, Tk, dtype=dtype, device=device).masked_fill_(~keep, float("-inf"))
 
 
 class Attention(nn.Module):
@@ -77,13 +86,12 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
         if self.pattern.active:
-            scores = (q @ k.transpose(-1, -2)) * self.scale
+            # explicit path: one [B,H,T,Tk] pass to build the scores (scale folded into q, bias added in place)
+            scores = (q * self.scale) @ k.transpose(-1, -2)
             if bias is not None:
-                scores = scores + bias
+                scores.add_(bias)
             elif is_causal:
-                Tk = k.shape[2]
-                keep = torch.ones(T, Tk, dtype=torch.bool, device=x.device).tril(Tk - T)
-                scores = scores.masked_fill(~keep, float("-inf"))
+                scores.add_(causal_bias(T, k.shape[2], scores.device, scores.dtype))
             pattern = self.pattern(scores.softmax(dim=-1))
             z = pattern @ v
         else:
@@ -93,5 +101,5 @@ class Attention(nn.Module):
             W_O = self.W_o.weight.T.reshape(H, dh, -1)
             per_head = self.head_out(torch.einsum("bthd,hdm->bthm", z, W_O))
             out = per_head.sum(dim=2)
-            return out + self.W_o.bias if self.W_o.bias is not None else out
+            return out.add_(self.W_o.bias) if self.W_o.bias is not None else out
         return self.W_o(z.reshape(B, T, H * dh))

@@ -12,7 +12,7 @@ chosen so its total parameter count is the closest to the reference's for the sa
 ``vocab_size, n_out, d_model, n_layers``:
 
 * mamba:  ``d_inner`` (expand = d_inner / d_model; d_state 16, d_conv 4)
-* mamba2: ``d_inner`` in multiples of ``headdim`` (64; d_state 64)
+* mamba2: ``d_inner`` in multiples of ``headdim`` (32; d_state 64)
 * lstm / gru: ``hidden_size`` (embedding width stays ``d_model``)
 """
 
@@ -110,10 +110,12 @@ def count_config_params(arch: str, cfg) -> int:
 def _solve_width(arch: str, base: dict, knob: str, target: int) -> int:
     """Width (multiple of ``step``) whose parameter count is closest to ``target``."""
     cfg_cls, _, _ = _arch_classes(arch)
-    step = int(base.get("headdim", 64)) if arch == "mamba2" else 1
+    step = int(base.get("headdim", 32)) if arch == "mamba2" else 1
+
+    fixed = {"use_conv": True} if arch == "mamba" else {}  # conv ablation keeps the width
 
     def count(w: int) -> int:
-        return count_config_params(arch, from_dict(cfg_cls, dict(base, **{knob: w * step})))
+        return count_config_params(arch, from_dict(cfg_cls, dict(base, **fixed, **{knob: w * step})))
 
     lo, hi = 1, 2
     while count(hi) < target:

@@ -27,7 +27,29 @@ Two implementations with identical results:
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
+
+#: intra-op threads used inside the per-step loops.  Each step is a small op
+#: ([B,Di,N]); waking extra threads for it costs more than it saves, and on a
+#: busy machine one context switch per op (~ms) dominates.  ``None`` leaves
+#: torch's setting alone.
+LOOP_THREADS: int | None = 1
+
+
+@contextlib.contextmanager
+def _loop_threads() -> Iterator[None]:
+    old = torch.get_num_threads()
+    if LOOP_THREADS is None or LOOP_THREADS == old:
+        yield
+        return
+    torch.set_num_threads(LOOP_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def _check(u, dt, A, B, C) -> None:
@@ -70,10 +92,11 @@ def _forward_states(u, dt, A, B, chunk):
         dA = torch.exp(dt[:, s:e, :, None] * A)  # [B,L,Di,N]
         Hc = H[:, s:e]
         torch.mul(dtu[:, s:e, :, None], B[:, s:e, None, :], out=Hc)  # dt u B
-        for i in range(e - s):
-            if prev is not None:
-                Hc[:, i].addcmul_(dA[:, i], prev)
-            prev = Hc[:, i]
+        with _loop_threads():
+            for i in range(e - s):
+                if prev is not None:
+                    Hc[:, i].addcmul_(dA[:, i], prev)
+                prev = Hc[:, i]
     return H
 
 
@@ -104,12 +127,13 @@ class _SelectiveScan(torch.autograd.Function):
             L = e - s
             dA = torch.exp(dt[:, s:e, :, None] * A)  # [B,L,Di,N]
             G = gy[:, s:e, :, None] * C[:, s:e, None, :]  # dL/dh_t direct part
-            for i in range(L - 1, -1, -1):  # G_t += exp(dt_{t+1} A) * G_{t+1}
-                if i == L - 1:
-                    if carry is not None:
-                        G[:, i].add_(carry)
-                else:
-                    G[:, i].addcmul_(dA[:, i + 1], G[:, i + 1])
+            with _loop_threads():
+                for i in range(L - 1, -1, -1):  # G_t += exp(dt_{t+1} A) * G_{t+1}
+                    if i == L - 1:
+                        if carry is not None:
+                            G[:, i].add_(carry)
+                    else:
+                        G[:, i].addcmul_(dA[:, i + 1], G[:, i + 1])
             carry = dA[:, 0] * G[:, 0] if s > 0 else None
             dB[:, s:e] = (dtu[:, s:e].unsqueeze(-2) @ G).squeeze(-2)
             g_dtu[:, s:e] = (G @ B[:, s:e].unsqueeze(-1)).squeeze(-1)

@@ -99,8 +99,10 @@ def annealed_mask(kind: str, prompt_len: torch.Tensor, T: int, progress: float, 
     return torch.where(both_target, opened, hybrid)
 
 
-def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, batch: int, steps: int):
-    """(make_batch, loss_fn) for ``training.train``; all randomness is drawn in make_batch (global batch)."""
+def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, batch: int, steps: int,
+              device: str | torch.device = "cpu"):
+    """(make_batch, loss_fn) for ``training.train``; all randomness is drawn in make_batch (global batch, on CPU)
+    and moved to ``device`` (the model's) in loss_fn."""
     method.validate()
     T = seq_len
 
@@ -117,6 +119,7 @@ def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, ba
         return out
 
     def loss_fn(model, b: dict):
+        b = {k: v.to(device) for k, v in b.items()}
         if not method.is_diffusion:
             return ar_loss(model, b["tokens"])
         attn = b.get("attn")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dlmlab.config import require
 
@@ -20,14 +21,15 @@ class InductionPreset:
     n_heads: int = 4
     seq_len: int = 64
     n_random: int = 128
-    p_repeated: float = 0.5
+    p_repeated: float = 0.75
     text_source: str = "tinyshakespeare"
     tokenizer: str = "char"
     bpe_vocab: int = 1024
-    steps: int = 1000
+    steps: int = 2000
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
     weight_decay: float = 0.01
     ckpt_every: int = 100
     eval_seqs: int = 128  # repeated sequences for the accuracy evaluations
@@ -49,10 +51,10 @@ class InductionPreset:
 
 
 PRESETS: dict[str, InductionPreset] = {
-    "smoke": InductionPreset(depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, steps=40,
+    "smoke": InductionPreset(depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, steps=40, warmup_steps=5,
                              batch_size=16, ckpt_every=20, eval_seqs=16, per_seq=4, probe_seqs=32),
     "cpu": InductionPreset(),
     "paper": InductionPreset(d_model=512, n_heads=16, seq_len=512, n_random=4096, tokenizer="bpe", bpe_vocab=8192,
                              text_source="wikitext2-test", steps=20000, batch_size=64, lr=1e-3, warmup_steps=1000,
-                             ckpt_every=1000, eval_seqs=512, per_seq=16, probe_seqs=1024),
+                             schedule="cosine", ckpt_every=1000, eval_seqs=512, per_seq=16, probe_seqs=1024),
 }

@@ -41,7 +41,7 @@ def model_config(p: InductionPreset, vocab: RepeatedVocab, n_layers: int, object
 
 def train_config(p: InductionPreset, progress: bool) -> TrainConfig:
     return TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=min(p.warmup_steps, p.steps),
-                       weight_decay=p.weight_decay, schedule="cosine", seed=p.seed, log_every=max(1, p.steps // 50),
+                       weight_decay=p.weight_decay, schedule=p.schedule, seed=p.seed, log_every=max(1, p.steps // 50),
                        ckpt_every=p.ckpt_every, keep_checkpoints=0, progress=progress)
 
 

@@ -24,8 +24,8 @@ class RealDataPreset:
 
     enabled: bool = False
     n_facts: int = 30
-    bpe_vocab: int = 512
-    seq_len: int = 48
+    bpe_vocab: int = 2048  # BPE saturates near 1.5k tokens on these texts
+    seq_len: int = 64
     model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=128, n_layers=2, n_heads=4, d_mlp=512))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500, batch_size=64, lr=3e-3, warmup_steps=50))
     positions: list[PE] = field(default_factory=lambda: ["rope"])
@@ -41,7 +41,7 @@ class ReversalPreset:
 
     task: RelationTaskConfig = field(default_factory=RelationTaskConfig)
     model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=64, n_layers=1, n_heads=2))
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=600, batch_size=64, lr=1e-2, log_every=25,
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=400, batch_size=64, lr=1e-3, log_every=25,
                                                                    weight_decay=0.0, schedule="constant"))
     kinds: list[Kind] = field(default_factory=lambda: ["mdm", "arm"])
     positions: list[PE] = field(default_factory=lambda: ["learned", "rope", "alibi"])
@@ -60,16 +60,17 @@ class ReversalPreset:
 
 def _smoke() -> ReversalPreset:
     return ReversalPreset(
-        task=RelationTaskConfig(n_pairs=32, gap=1),
-        train=TrainConfig(steps=300, batch_size=32, lr=1e-2, log_every=25, weight_decay=0.0, schedule="constant"),
+        task=RelationTaskConfig(n_pairs=64, gap=1),
+        train=TrainConfig(steps=400, batch_size=64, lr=1e-3, log_every=25, weight_decay=0.0, schedule="constant"),
         seeds=[0, 1], max_distance=6,
     )
 
 
 def _cpu() -> ReversalPreset:
     return ReversalPreset(
-        task=RelationTaskConfig(n_pairs=64, gap=1),
-        train=TrainConfig(steps=800, batch_size=64, lr=1e-2, log_every=25, weight_decay=0.0, schedule="constant"),
+        task=RelationTaskConfig(n_pairs=128, gap=1),
+        model=TransformerConfig(d_model=128, n_layers=1, n_heads=4),
+        train=TrainConfig(steps=1200, batch_size=128, lr=1e-3, log_every=50, weight_decay=0.0, schedule="constant"),
         seeds=[0, 1, 2], max_distance=8,
         real=RealDataPreset(enabled=True),
     )

@@ -85,13 +85,15 @@ def correlation_by_distance(model: Transformer, task: SyntheticRelations, max_di
 
 
 def final_diagnostics(model: Transformer, task: SyntheticRelations, kind: str, max_distance: int) -> dict:
-    """Storage-routing split of the logit of A in the forward and the reverse query, storage margin,
+    """Storage-routing split of the logit margin of the target (vs. the other entities of its type) in the
+    forward and the reverse query, storage margin,
     and (MDM) attention-score correlation by distance."""
     fwd, rev = queries(task, kind)
     ex = (task.mask_id,)
     out = {}
     for name, q in (("fwd", fwd), ("rev", rev)):
-        sr = storage_routing(model, q, exclude=ex)
+        contrast = task.b_ids if (kind == "arm" and name == "fwd") else task.a_ids  # the target's entity type
+        sr = storage_routing(model, q, exclude=ex, contrast=contrast)
         out[f"{name}_logit"] = float(sr.logit.mean())
         out[f"{name}_evidence_alpha"] = float(sr.evidence_alpha.sum(1).mean())
         out[f"{name}_evidence_routed"] = float((sr.evidence_alpha * sr.evidence_storage).sum(1).mean())

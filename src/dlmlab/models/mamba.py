@@ -1,0 +1,198 @@
+"""Mamba-1 language model / tagger (pure PyTorch), layout as Hugging Face ``MambaModel``.
+
+Block i (pre-norm residual)::
+
+    resid_pre -> RMSNorm -> mixer -> + resid_pre -> resid_post
+    mixer: x, z = in_proj(h).chunk(2)                       [B,T,Di] each
+           u = silu(causal depthwise conv1d(x))   (or silu(x) with use_conv=False)
+           dt, B, C = split(x_proj(u));  dt = softplus(dt_proj(dt))
+           y = selective_scan(u, dt, A=-exp(A_log), B, C) + D * u
+           out = out_proj(y * silu(z))
+
+Hook points: ``embed`` [B,T,D]; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
+``blocks.{i}.mixer.conv_out`` [B,T,Di] (u, the SSM input after conv + silu);
+``blocks.{i}.mixer.dt`` [B,T,Di]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl.
+the D skip, before the gate); 
+``blocks.{i}.mixer_out`` [B,T,D]; ``final`` [B,T,D] (after the final RMSNorm);
+``logits`` [B,T,n_out].  Weight names follow HF with ``layers`` -> ``blocks``,
+``embeddings`` -> ``tok_emb``, ``norm_f`` -> ``ln_final`` (see hf_mamba.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dlmlab.config import require
+from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.models.checks import check_tokens
+from dlmlab.models.norm import RMSNorm
+from dlmlab.models.selective_scan import selective_scan, selective_scan_ref
+
+
+@dataclass
+class MambaConfig:
+    """Shape of a :class:`Mamba`.  ``d_inner = 0`` -> ``int(expand * d_model)``;
+    ``dt_rank = 0`` -> ``ceil(d_model / 16)`` (HF's "auto")."""
+
+    vocab_size: int = 0
+    n_out: int = 0  # 0 -> vocab_size
+    d_model: int = 128
+    n_layers: int = 4
+    d_state: int = 16
+    expand: float = 2.0
+    d_inner: int = 0
+    d_conv: int = 4
+    dt_rank: int = 0
+    use_conv: bool = True  # False removes the causal Conv1D (u = silu(x))
+    conv_bias: bool = True
+    bias: bool = False  # in_proj / out_proj bias
+    norm_eps: float = 1e-5
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
+    dt_scale: float = 1.0
+    tie_embeddings: bool = True  # only when n_out == vocab_size
+    scan: Literal["chunked", "sequential"] = "chunked"
+    scan_chunk: int = 16
+    init_std: float = 0.02  # embedding init
+
+    def __post_init__(self) -> None:
+        if self.d_inner == 0 and self.expand > 0:
+            self.d_inner = int(self.expand * self.d_model)
+        if self.dt_rank == 0 and self.d_model > 0:
+            self.dt_rank = math.ceil(self.d_model / 16)
+
+    def validate(self) -> None:
+        require(self.vocab_size > 0, f"model.vocab_size must be > 0, got {self.vocab_size}")
+        require(self.n_out >= 0, f"model.n_out must be >= 0, got {self.n_out}")
+        require(self.d_model > 0, f"model.d_model must be > 0, got {self.d_model}")
+        require(self.n_layers >= 1, f"model.n_layers must be >= 1, got {self.n_layers}")
+        require(self.d_state > 0, f"model.d_state must be > 0, got {self.d_state}")
+        require(self.d_inner > 0, f"model.d_inner must be > 0 (or expand > 0), got {self.d_inner}")
+        require(self.d_conv >= 1, f"model.d_conv must be >= 1, got {self.d_conv}")
+        require(self.dt_rank > 0, f"model.dt_rank must be > 0, got {self.dt_rank}")
+        require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
+        require(0 < self.dt_min <= self.dt_max, f"need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+        require(self.scan_chunk >= 1, f"model.scan_chunk must be >= 1, got {self.scan_chunk}")
+
+    @property
+    def out_size(self) -> int:
+        return self.n_out or self.vocab_size
+
+
+class MambaMixer(nn.Module):
+    """Selective SSM mixer: h [B,T,D] -> [B,T,D]."""
+
+    def __init__(self, cfg: MambaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        Di, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank
+        self.in_proj = nn.Linear(cfg.d_model, 2 * Di, bias=cfg.bias)
+        self.conv1d = (
+            nn.Conv1d(Di, Di, cfg.d_conv, groups=Di, padding=cfg.d_conv - 1, bias=cfg.conv_bias)
+            if cfg.use_conv else None
+        )
+        self.x_proj = nn.Linear(Di, R + 2 * N, bias=False)
+        self.dt_proj = nn.Linear(R, Di, bias=True)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(Di, 1))
+        self.D = nn.Parameter(torch.ones(Di))
+        self.out_proj = nn.Linear(Di, cfg.d_model, bias=cfg.bias)
+        self.conv_out, self.dt, self.ssm_out = HookPoint(), HookPoint(), HookPoint()
+        self.record_states = False  # set by ssm_states(); keeps the states of the last forward
+        self.last_states: torch.Tensor | None = None
+        self._init_dt()
+
+    @torch.no_grad()
+    def _init_dt(self) -> None:
+        cfg = self.cfg
+        std = cfg.dt_rank ** -0.5 * cfg.dt_scale
+        nn.init.uniform_(self.dt_proj.weight, -std, std)
+        lo, hi = math.log(cfg.dt_min), math.log(cfg.dt_max)
+        dt = torch.exp(torch.rand(cfg.d_inner) * (hi - lo) + lo).clamp(min=cfg.dt_init_floor)
+        self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        T = h.shape[1]
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        if self.conv1d is not None:
+            x = self.conv1d(x.transpose(1, 2))[..., :T].transpose(1, 2)
+        u = self.conv_out(F.silu(x))
+        dt, B, C = torch.split(self.x_proj(u), [self.cfg.dt_rank, self.cfg.d_state, self.cfg.d_state], dim=-1)
+        dt = self.dt(F.softplus(self.dt_proj(dt)))
+        A = -torch.exp(self.A_log.to(u.dtype))
+        if self.record_states or self.cfg.scan == "sequential":
+            y, states = selective_scan_ref(u, dt, A, B, C, return_states=True)
+            self.last_states = states if self.record_states else None
+        else:
+            y = selective_scan(u, dt, A, B, C, chunk=self.cfg.scan_chunk)
+        y = self.ssm_out(y + u * self.D.to(u.dtype))
+        return self.out_proj(y * F.silu(z))
+
+
+class MambaBlock(nn.Module):
+    def __init__(self, cfg: MambaConfig) -> None:
+        super().__init__()
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mixer = MambaMixer(cfg)
+        self.resid_pre, self.mixer_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.resid_pre(x)
+        return self.resid_post(x + self.mixer_out(self.mixer(self.norm(x))))
+
+
+class Mamba(HookedModule):
+    """Embedding -> n_layers x MambaBlock -> RMSNorm -> linear head (tokens [B,T] -> logits [B,T,K])."""
+
+    def __init__(self, cfg: MambaConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList([MambaBlock(cfg) for _ in range(cfg.n_layers)])
+        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
+        if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
+            self.unembed.weight = self.tok_emb.weight
+        with torch.no_grad():
+            nn.init.normal_(self.tok_emb.weight, std=cfg.init_std)
+            if self.unembed.weight is not self.tok_emb.weight:
+                nn.init.normal_(self.unembed.weight, std=cfg.init_std)
+            for b in self.blocks:  # GPT-2 style residual scaling of the output projection
+                b.mixer.out_proj.weight.div_(math.sqrt(cfg.n_layers))
+        self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
+        self.setup_hooks()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B,T] (long) -> logits [B,T,n_out]."""
+        check_tokens(tokens, self.cfg.vocab_size)
+        x = self.embed(self.tok_emb(tokens))
+        for block in self.blocks:
+            x = block(x)
+        x = self.final(self.ln_final(x))
+        return self.logits(self.unembed(x))
+
+
+@torch.no_grad()
+def ssm_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Per-layer SSM states [B,T,Di,N] of ``model`` on ``tokens`` (sequential reference scan).
+
+    States live inside the scan, so they are returned here rather than as a hook point
+    (a hook there could not change the output).  Memory: B*T*state floats per layer.
+    """
+    mixers = [b.mixer for b in model.blocks]
+    for m in mixers:
+        m.record_states = True
+    try:
+        model(tokens)
+        return [m.last_states for m in mixers]
+    finally:
+        for m in mixers:
+            m.record_states = False
+            m.last_states = None

@@ -1,0 +1,221 @@
+"""Mamba-2 (SSD) language model / tagger in pure PyTorch, layout as Hugging Face ``Mamba2Model``
+with ``n_groups = 1``.
+
+Block i (pre-norm residual)::
+
+    resid_pre -> RMSNorm -> mixer -> + resid_pre -> resid_post
+    mixer: z, xBC, dt = split(in_proj(h), [Di, Di + 2N, H])
+           xBC = silu(causal depthwise conv1d(xBC))   (silu(xBC) with use_conv=False)
+           x, B, C = split(xBC, [Di, N, N]);  dt = softplus(dt + dt_bias)
+           y = ssd_scan(x as [B,T,H,P], dt, A=-exp(A_log), B, C) + D[h] * x
+           out = out_proj(RMSNorm_gated(y, z))       # rmsnorm(y * silu(z)) * weight
+
+Hook points: ``embed``; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
+``blocks.{i}.mixer.conv_out`` [B,T,Di+2N] (x, B, C after conv + silu);
+``blocks.{i}.mixer.dt`` [B,T,H]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl. D
+skip, before the gated norm); 
+``blocks.{i}.mixer_out`` [B,T,D]; ``final`` [B,T,D] (after the final RMSNorm);
+``logits``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dlmlab.config import require
+from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.models.checks import check_tokens
+from dlmlab.models.norm import RMSNorm
+from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
+
+
+@dataclass
+class Mamba2Config:
+    """Shape of a :class:`Mamba2`.  ``d_inner = 0`` -> ``int(expand * d_model)``; heads = d_inner / headdim."""
+
+    vocab_size: int = 0
+    n_out: int = 0  # 0 -> vocab_size
+    d_model: int = 128
+    n_layers: int = 4
+    d_state: int = 64
+    expand: float = 2.0
+    d_inner: int = 0
+    headdim: int = 32
+    d_conv: int = 4
+    use_conv: bool = True
+    conv_bias: bool = True
+    bias: bool = False
+    norm_eps: float = 1e-5
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
+    A_init_max: float = 16.0  # A_log initialised from log U(1, A_init_max) per head
+    tie_embeddings: bool = True  # only when n_out == vocab_size
+    scan: Literal["chunked", "sequential"] = "chunked"
+    scan_chunk: int = 64
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.d_inner == 0 and self.expand > 0:
+            self.d_inner = int(self.expand * self.d_model)
+
+    def validate(self) -> None:
+        require(self.vocab_size > 0, f"model.vocab_size must be > 0, got {self.vocab_size}")
+        require(self.n_out >= 0, f"model.n_out must be >= 0, got {self.n_out}")
+        require(self.d_model > 0, f"model.d_model must be > 0, got {self.d_model}")
+        require(self.n_layers >= 1, f"model.n_layers must be >= 1, got {self.n_layers}")
+        require(self.d_state > 0, f"model.d_state must be > 0, got {self.d_state}")
+        require(self.d_inner > 0, f"model.d_inner must be > 0 (or expand > 0), got {self.d_inner}")
+        require(self.headdim > 0, f"model.headdim must be > 0, got {self.headdim}")
+        require(
+            self.d_inner % self.headdim == 0,
+            f"model.d_inner ({self.d_inner}) must be a multiple of model.headdim ({self.headdim})",
+        )
+        require(self.d_conv >= 1, f"model.d_conv must be >= 1, got {self.d_conv}")
+        require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
+        require(0 < self.dt_min <= self.dt_max, f"need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+        require(self.A_init_max >= 1, f"model.A_init_max must be >= 1, got {self.A_init_max}")
+        require(self.scan_chunk >= 1, f"model.scan_chunk must be >= 1, got {self.scan_chunk}")
+
+    @property
+    def n_heads(self) -> int:
+        return self.d_inner // self.headdim
+
+    @property
+    def out_size(self) -> int:
+        return self.n_out or self.vocab_size
+
+
+class GatedRMSNorm(nn.Module):
+    """``weight * rmsnorm(y * silu(z))`` over the last dim (HF ``MambaRMSNormGated``, one group)."""
+
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        dtype = y.dtype
+        h = y.float() * F.silu(z.float())
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class Mamba2Mixer(nn.Module):
+    def __init__(self, cfg: Mamba2Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        Di, N, H = cfg.d_inner, cfg.d_state, cfg.n_heads
+        conv_dim = Di + 2 * N
+        self.in_proj = nn.Linear(cfg.d_model, Di + conv_dim + H, bias=cfg.bias)
+        self.conv1d = (
+            nn.Conv1d(conv_dim, conv_dim, cfg.d_conv, groups=conv_dim, padding=cfg.d_conv - 1, bias=cfg.conv_bias)
+            if cfg.use_conv else None
+        )
+        self.dt_bias = nn.Parameter(torch.empty(H))
+        self.A_log = nn.Parameter(torch.empty(H))
+        self.D = nn.Parameter(torch.ones(H))
+        self.norm = GatedRMSNorm(Di, cfg.norm_eps)
+        self.out_proj = nn.Linear(Di, cfg.d_model, bias=cfg.bias)
+        self.conv_out, self.dt, self.ssm_out = HookPoint(), HookPoint(), HookPoint()
+        self.record_states = False  # set by ssm_states(); keeps the states of the last forward
+        self.last_states: torch.Tensor | None = None
+        self._init_ssm()
+
+    @torch.no_grad()
+    def _init_ssm(self) -> None:
+        cfg, H = self.cfg, self.cfg.n_heads
+        self.A_log.copy_(torch.log(torch.empty(H).uniform_(1, cfg.A_init_max)))
+        lo, hi = math.log(cfg.dt_min), math.log(cfg.dt_max)
+        dt = torch.exp(torch.rand(H) * (hi - lo) + lo).clamp(min=cfg.dt_init_floor)
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        Bsz, T, _ = h.shape
+        Di, N, H = cfg.d_inner, cfg.d_state, cfg.n_heads
+        z, xBC, dt = torch.split(self.in_proj(h), [Di, Di + 2 * N, H], dim=-1)
+        if self.conv1d is not None:
+            xBC = self.conv1d(xBC.transpose(1, 2))[..., :T].transpose(1, 2)
+        xBC = self.conv_out(F.silu(xBC))
+        x, B, C = torch.split(xBC, [Di, N, N], dim=-1)
+        dt = self.dt(F.softplus(dt + self.dt_bias))
+        A = -torch.exp(self.A_log.to(x.dtype))
+        xh = x.reshape(Bsz, T, H, cfg.headdim)
+        if self.record_states or cfg.scan == "sequential":
+            y, states = ssd_scan_ref(xh, dt, A, B, C, return_states=True)
+            self.last_states = states if self.record_states else None
+        else:
+            y = ssd_scan(xh, dt, A, B, C, chunk=cfg.scan_chunk)
+        y = y + xh * self.D.to(x.dtype)[:, None]
+        y = self.ssm_out(y.reshape(Bsz, T, Di))
+        return self.out_proj(self.norm(y, z))
+
+
+class Mamba2Block(nn.Module):
+    def __init__(self, cfg: Mamba2Config) -> None:
+        super().__init__()
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mixer = Mamba2Mixer(cfg)
+        self.resid_pre, self.mixer_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.resid_pre(x)
+        return self.resid_post(x + self.mixer_out(self.mixer(self.norm(x))))
+
+
+class Mamba2(HookedModule):
+    """Embedding -> n_layers x Mamba2Block -> RMSNorm -> linear head (tokens [B,T] -> logits [B,T,K])."""
+
+    def __init__(self, cfg: Mamba2Config) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList([Mamba2Block(cfg) for _ in range(cfg.n_layers)])
+        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
+        if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
+            self.unembed.weight = self.tok_emb.weight
+        with torch.no_grad():
+            nn.init.normal_(self.tok_emb.weight, std=cfg.init_std)
+            if self.unembed.weight is not self.tok_emb.weight:
+                nn.init.normal_(self.unembed.weight, std=cfg.init_std)
+            for b in self.blocks:
+                b.mixer.out_proj.weight.div_(math.sqrt(cfg.n_layers))
+        self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
+        self.setup_hooks()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B,T] (long) -> logits [B,T,n_out]."""
+        check_tokens(tokens, self.cfg.vocab_size)
+        x = self.embed(self.tok_emb(tokens))
+        for block in self.blocks:
+            x = block(x)
+        x = self.final(self.ln_final(x))
+        return self.logits(self.unembed(x))
+
+
+@torch.no_grad()
+def ssm_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Per-layer SSM states [B,T,H,P,N] of ``model`` on ``tokens`` (sequential reference scan).
+
+    States live inside the scan, so they are returned here rather than as a hook point
+    (a hook there could not change the output).  Memory: B*T*state floats per layer.
+    """
+    mixers = [b.mixer for b in model.blocks]
+    for m in mixers:
+        m.record_states = True
+    try:
+        model(tokens)
+        return [m.last_states for m in mixers]
+    finally:
+        for m in mixers:
+            m.record_states = False
+            m.last_states = None

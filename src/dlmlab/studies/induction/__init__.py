@@ -1,0 +1,170 @@
+"""Study: induction in both directions, attention-only AR vs masked-diffusion (MDLM) transformers.
+
+``run(preset, out)`` trains the matched pairs (depths ``preset.depths``; causal + next-token
+loss vs bidirectional + MDLM loss, everything else equal) with the toolkit training loop
+(checkpoints of every run kept under ``out/runs/<obj>_L<depth>`` for the emergence curve; a
+re-run with the same preset resumes / reuses them), measures each model with the reusable
+``dlmlab.analysis`` modules and writes results.json, report.md and figures/*.png.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from dlmlab.report import StudyResult, Table, write_study
+from dlmlab.report.results import _clean
+from dlmlab.studies.induction import figures as figs
+from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
+from dlmlab.studies.induction.claims import CLAIM_IDS, all_claims
+from dlmlab.studies.induction.presets import PRESETS, InductionPreset
+from dlmlab.studies.induction.train import OBJECTIVES, load_data, train_model
+from dlmlab.tasks.repeated import mixed_batch, repeated_tokens
+
+TITLE = "Induction in both directions: attention-only AR vs masked-diffusion transformers"
+
+__all__ = ["TITLE", "PRESETS", "InductionPreset", "run", "CLAIM_IDS"]
+
+
+def _prepare_run_dir(run_dir: Path, config: dict) -> None:
+    """Reuse ``run_dir`` only if it was trained with the same config; otherwise start it afresh."""
+    cfg_path = run_dir / "run_config.json"
+    if run_dir.exists() and (not cfg_path.exists() or json.loads(cfg_path.read_text()) != config):
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(json.dumps(config, indent=1))
+
+
+def _head(scores, layer: int) -> tuple[int, float]:
+    row = scores[layer]
+    h = max(range(len(row)), key=lambda i: row[i])
+    return h, row[h]
+
+
+def _tables(models: dict) -> list[Table]:
+    keys = sorted(models, key=lambda k: (models[k]["n_layers"], models[k]["objective"]))
+    acc = Table("Induction accuracy (repeated random tokens; AR: left context only)",
+                ["model", "fwd left", "fwd right", "fwd both", "rev left", "rev right", "rev both"],
+                [[k] + [models[k]["accuracy"][d][c] for d in ("forward", "reverse") for c in ("left", "right", "both")]
+                 for k in keys])
+    rows = []
+    for k in keys:
+        m = models[k]
+        hp, sp = _head(m["prev_token_scores"], 0)
+        hn, sn = _head(m["next_token_scores"], 0)
+        top = m.get("top_induction_head")
+        ind = m["induction_scores"][top[0]][top[1]] if top else None
+        rows.append([k, f"H{hp}", sp, f"H{hn}", sn, "L{}H{}".format(*top) if top else None, ind,
+                     m.get("top_induction_head_mean_drop"), m.get("top_induction_head_zero_drop")])
+    heads = Table("Heads: layer-0 previous/next-token heads, top induction head and its ablation",
+                  ["model", "prev head", "prev score", "next head", "next score", "induction head", "induction score",
+                   "mean-abl drop", "zero-abl drop"], rows)
+    probe_rows = [[k, " / ".join(f"{x:.2f}" for x in models[k]["probe"]["r2"]), models[k]["patch"]["point"],
+                   models[k]["patch"]["entropy_clean"], models[k]["patch"]["delta"], models[k]["patch"]["delta_random"]]
+                  for k in keys if "probe" in models[k]]
+    probe = Table("Implicit timestep: mask-rate probe R^2 (embedding, after each block) and direction patching",
+                  ["model", "held-out R^2 per point", "patched at", "entropy (nats)", "delta entropy",
+                   "delta (random dir)"], probe_rows)
+    fold = Table("LayerNorm folding (frozen scale): performance gap",
+                 ["model", "accuracy", "folded accuracy", "accuracy gap", "mean KL", "argmax agreement"],
+                 [[k, models[k]["fold"]["accuracy"], models[k]["fold"]["folded_accuracy"],
+                   models[k]["fold"]["accuracy_gap"], models[k]["fold"]["mean_kl"], models[k]["fold"]["argmax_agreement"]]
+                  for k in keys])
+    comp_rows = []
+    for k in keys:
+        c = models[k].get("composition_into_top_head")
+        if c is None:
+            continue
+        row = [k, "L{}H{}".format(*models[k]["top_induction_head"])]
+        for kind in ("Q", "K", "V"):
+            flat = [(v, li, h) for li, r in enumerate(c[kind]) for h, v in enumerate(r)]
+            v, li, h = max(flat)
+            row.append(f"L{li}H{h}: {v:.2f}")
+        comp_rows.append(row)
+    comp = Table("Strongest Q-/K-/V-composition into the top induction head (folded model)",
+                 ["model", "induction head", "Q-comp", "K-comp", "V-comp"], comp_rows)
+    em = Table("Emergence over checkpoints (forward accuracy)",
+               ["model", "midpoint step", "largest rise at step", "largest rise", "final"],
+               [[k, models[k]["emergence"]["midpoint_step"], models[k]["emergence"]["largest_increase_step"],
+                 models[k]["emergence"]["largest_increase"], models[k]["emergence"]["final"]]
+                for k in keys if "emergence" in models[k]])
+    tr = Table("Training", ["model", "final loss", "train seconds"],
+               [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
+    return [acc, heads, comp, probe, fold, em, tr]
+
+
+def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, mask_id: int, seed: int) -> list:
+    deep = sorted({m["n_layers"] for m in models.values() if m["n_layers"] >= 2})
+    L = deep[0] if deep else min(m["n_layers"] for m in models.values())
+    x = eval_tokens[:1]
+    ex = []
+    for obj in OBJECTIVES:
+        key = f"{obj}_L{L}"
+        if key not in models:
+            continue
+        m = models[key]
+        hs = [(0, _head(m["prev_token_scores"], 0)[0], "previous-token")]
+        if obj == "dlm":
+            hs.append((0, _head(m["next_token_scores"], 0)[0], "next-token"))
+        if m.get("top_induction_head"):
+            hs.append((*m["top_induction_head"], "induction"))
+        inp = x if obj == "ar" else lightly_masked(x, mask_id, seed=seed)
+        ex.append((key, trained[key], inp, hs))
+    return ex
+
+
+def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    p.validate()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    data = load_data(p)
+    v = data.vocab
+    half = p.seq_len // 2
+    eval_tokens = repeated_tokens(p.eval_seqs, half, v.lo, v.hi, torch.Generator().manual_seed(p.seed + 1),
+                                  distinct=True)
+    probe_tokens = mixed_batch(data.text_ids, p.probe_seqs, p.seq_len, p.p_repeated, v.lo, v.hi,
+                               torch.Generator().manual_seed(p.seed + 2))
+    models, trained = {}, {}
+    for L in p.depths:
+        for obj in OBJECTIVES:
+            key = f"{obj}_L{L}"
+            run_dir = out / "runs" / key
+            _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(p), "objective": obj, "n_layers": L,
+                                       "text_vocab": v.text_vocab})
+            ts = time.time()
+            model, hist = train_model(p, data, L, obj, run_dir, progress)
+            secs = time.time() - ts
+            meas = analyse_model(model, obj, p, v, eval_tokens, probe_tokens, run_dir, progress)
+            meas["train"] = {"final_loss": hist[-1]["loss"] if hist else None, "seconds": secs}
+            models[key], trained[key] = _clean(meas), model
+    claims = all_claims(models)
+    figures = [
+        figs.context_bars(out, models),
+        figs.attention_figure(out, _attention_examples(models, trained, eval_tokens, v.mask_id, p.seed)),
+        figs.ablation_figure(out, models),
+        figs.local_window_figure(out, models),
+        figs.probe_figure(out, models),
+        figs.emergence_figure(out, models),
+    ]
+    setup = (f"Matched attention-only transformers (d_model {p.d_model}, {p.n_heads} heads, learned positions, "
+             f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM "
+             f"loss (linear schedule), identical recipe: {p.steps} AdamW steps, batch {p.batch_size}, lr {p.lr} "
+             f"(warmup {p.warmup_steps}, {p.schedule} schedule), seed {p.seed}. Training rows of length {p.seq_len}: with probability "
+             f"{p.p_repeated} a repeated random-token sequence (ids from {p.n_random} reserved random tokens), "
+             f"otherwise a window of {p.text_source} ({p.tokenizer} tokens, vocab {v.text_vocab}). Evaluation: "
+             f"{p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked targets per "
+             f"sequence for the DLM.")
+    res = StudyResult(study="induction", preset=preset, config=dataclasses.asdict(p), results={"models": models},
+                      tables=_tables(models), figures=figures, claims=claims, wall_time_s=time.time() - t0,
+                      setup=setup)
+    write_study(out, res, TITLE)
+    return res

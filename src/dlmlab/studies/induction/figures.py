@@ -1,0 +1,125 @@
+"""Figures of the induction study (PNG via ``dlmlab.report.figures``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dlmlab.analysis.heads import attention_patterns
+from dlmlab.report.figures import new_figure, save_figure
+
+
+def attention_figure(out: Path, examples: list[tuple[str, object, torch.Tensor, list[tuple[int, int, str]]]]) -> dict:
+    """examples: (model label, model, tokens [1, T], [(layer, head, role)]) -> one row of patterns per model."""
+    ncols = max(len(h) for _, _, _, h in examples)
+    fig, axes = new_figure(ncols=ncols, nrows=len(examples), width=3.2, height=3.0)
+    for r, (label, model, x, hs) in enumerate(examples):
+        pats = attention_patterns(model, x)
+        for c in range(ncols):
+            ax = axes[r][c]
+            if c >= len(hs):
+                ax.axis("off")
+                continue
+            layer, head, role = hs[c]
+            ax.imshow(pats[layer][0, head].numpy(), cmap="viridis", vmin=0, vmax=1)
+            ax.set_title(f"{label} L{layer}H{head}\n{role}", fontsize=8)
+            ax.set_xlabel("key", fontsize=7)
+            ax.set_ylabel("query", fontsize=7)
+            ax.tick_params(labelsize=6)
+    return save_figure(fig, out, "attention_patterns",
+                       "Attention patterns of the key heads on one repeated random sequence (DLM inputs 15% masked): "
+                       "previous-/next-token heads (offset diagonals) and induction heads (diagonal offset by half).")
+
+
+def ablation_figure(out: Path, models: dict[str, dict]) -> dict:
+    keys = [k for k in models if models[k]["n_layers"] >= 2] or list(models)
+    fig, axes = new_figure(ncols=len(keys), width=3.0, height=2.8)
+    for ax, k in zip(axes[0], keys):
+        d = np.asarray(models[k]["ablation"]["mean_drop"])
+        im = ax.imshow(d, cmap="Reds", vmin=0, vmax=max(0.05, float(np.nanmax(d))))
+        ax.set_title(f"{k}\n(base acc {models[k]['ablation']['base']:.2f})", fontsize=8)
+        ax.set_xlabel("head", fontsize=7)
+        ax.set_ylabel("layer", fontsize=7)
+        ax.set_xticks(range(d.shape[1]))
+        ax.set_yticks(range(d.shape[0]))
+        for i in range(d.shape[0]):
+            for j in range(d.shape[1]):
+                ax.text(j, i, f"{d[i, j]:.2f}", ha="center", va="center", fontsize=6)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    return save_figure(fig, out, "ablation_heatmap",
+                       "Drop of forward induction accuracy when one head is mean-ablated (layer x head).")
+
+
+def context_bars(out: Path, models: dict[str, dict]) -> dict:
+    keys = sorted(models, key=lambda k: (models[k]["n_layers"], models[k]["objective"]))
+    fig, axes = new_figure(ncols=2, width=max(5.0, 0.9 * len(keys)), height=3.4)
+    width = 0.27
+    for ax, direction in zip(axes[0], ("forward", "reverse")):
+        x = np.arange(len(keys))
+        for i, c in enumerate(("left", "right", "both")):
+            vals = [models[k]["accuracy"][direction][c] for k in keys]
+            vals = [np.nan if v is None else v for v in vals]
+            ax.bar(x + (i - 1) * width, vals, width, label=f"{c}")
+        ax.set_xticks(x)
+        ax.set_xticklabels(keys, rotation=30, fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{direction} induction", fontsize=9)
+        ax.legend(fontsize=7)
+    return save_figure(fig, out, "context_bars",
+                       "Induction accuracy by visible context (left-only / right-only / both); AR models have left only.")
+
+
+def probe_figure(out: Path, models: dict[str, dict]) -> dict:
+    fig, axes = new_figure(width=4.5, height=3.2)
+    ax = axes[0][0]
+    for k, m in sorted(models.items()):
+        if "probe" in m:
+            r2 = m["probe"]["r2"]
+            ax.plot(range(len(r2)), r2, marker="o", label=k)
+    ax.set_xlabel("residual point (0 = embedding, i = after block i-1)")
+    ax.set_ylabel("held-out R^2")
+    ax.set_title("ridge probe of the global mask fraction", fontsize=9)
+    ax.legend(fontsize=7)
+    return save_figure(fig, out, "probe_r2", "Held-out R^2 of the mask-rate probe per residual point (DLMs).")
+
+
+def emergence_figure(out: Path, models: dict[str, dict]) -> dict:
+    fig, axes = new_figure(width=5.0, height=3.4)
+    ax = axes[0][0]
+    for k, m in sorted(models.items()):
+        if "emergence" not in m:
+            continue
+        steps, vals = zip(*m["emergence"]["curve"])
+        line, = ax.plot(steps, vals, marker=".", label=k)
+        js = m["emergence"]["midpoint_step"]
+        if js is not None:
+            ax.axvline(js, color=line.get_color(), ls=":", lw=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("forward induction accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    return save_figure(fig, out, "emergence",
+                       "Forward induction accuracy over saved checkpoints (AR: left context, DLM: both sides); "
+                       "dotted: midpoint (jump) step.")
+
+
+def local_window_figure(out: Path, models: dict[str, dict]) -> dict:
+    keys = [k for k in sorted(models) if "local_window" in models[k]]
+    fig, axes = new_figure(width=max(4.0, 1.2 * len(keys)), height=3.2)
+    ax = axes[0][0]
+    conds = ("none", "pm1", "pm2_only", "pm1_pm2")
+    x = np.arange(len(keys))
+    w = 0.2
+    for i, c in enumerate(conds):
+        ax.bar(x + (i - 1.5) * w, [models[k]["local_window"][c] for k in keys], w, label=c)
+    ax.set_xticks(x)
+    ax.set_xticklabels(keys, fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("forward accuracy (both sides)")
+    ax.legend(fontsize=7)
+    return save_figure(fig, out, "local_window",
+                       "Local-window sensitivity: target alone vs +-1, only +-2, and +-1/+-2 neighbours also masked "
+                       "(low background mask rate).")

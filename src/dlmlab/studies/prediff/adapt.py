@@ -1,0 +1,59 @@
+"""Adapt the backbone with one method under the shared budget; record the held-out PPL curve."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from pathlib import Path
+
+import torch
+
+from dlmlab.data import TokenStream
+from dlmlab.metrics import ar_nll
+from dlmlab.models import Transformer
+from dlmlab.prediff import METHODS, PreDiffLM, eval_nelbo, make_task
+from dlmlab.studies.prediff.presets import PreDiffPreset
+from dlmlab.training import train
+
+
+def build(method: str, backbone: Transformer, seed: int = 0) -> torch.nn.Module:
+    """The model a method trains: the AR backbone itself (ar_control) or a PreDiffLM around a copy / a fresh init."""
+    m = METHODS[method]
+    bb = copy.deepcopy(backbone)
+    if m.init == "scratch":
+        torch.manual_seed(seed)
+        bb = Transformer(bb.cfg).to(backbone.tok_emb.weight.device)
+    if not m.is_diffusion:
+        return bb
+    torch.manual_seed(seed)
+    return PreDiffLM(bb, attention=m.final_attention, shift=m.shift).to(backbone.tok_emb.weight.device)
+
+
+def held_out_nll(method: str, model, windows: torch.Tensor, prompt_len: int, n_t: int, seed: int = 0) -> float:
+    """nats / target token: exact for AR, the MDLM ELBO bound for diffusion methods."""
+    if METHODS[method].is_diffusion:
+        return eval_nelbo(model, windows, prompt_len, n_t=n_t, seed=seed)
+    return ar_nll(model, windows, prompt_len)
+
+
+def adapt(method: str, backbone: Transformer, stream: TokenStream, p: PreDiffPreset, out: Path,
+          progress: bool = True) -> tuple[torch.nn.Module, list[dict]]:
+    """Train ``method`` for ``p.adapt.steps``; returns (model, curve rows {step, ppl}) including step 0."""
+    m = METHODS[method]
+    model = build(method, backbone, seed=p.adapt.seed)
+    lr = p.scratch_lr if m.init == "scratch" else p.adapt.lr
+    cfg = dataclasses.replace(p.adapt, lr=lr, eval_every=p.curve_every, progress=p.adapt.progress and progress)
+    cfg.log_every = math.gcd(cfg.log_every, p.curve_every)  # eval rows are written on logging steps
+    curve_x = TokenStream.chunks(stream.val, p.seq_len, limit=p.curve_windows).to(p.device)
+
+    def curve(mdl, step: int) -> dict:
+        nll = held_out_nll(method, mdl, curve_x, p.eval_prompt_len, p.curve_n_t)
+        return {"ppl": math.exp(nll)}
+
+    rows = [{"step": 0, "ppl": curve(model, 0)["ppl"]}]
+    make_batch, loss_fn = make_task(m, stream.train, p.seq_len, cfg.batch_size, cfg.steps, p.device)
+    history = train(model, cfg, make_batch, loss_fn, out_dir=out / "runs" / method, eval_fn=curve, desc=method)
+    rows += [{"step": r["step"], "ppl": r["eval_ppl"]} for r in history if "eval_ppl" in r]
+    model.eval()
+    return model, rows

@@ -1,0 +1,68 @@
+"""Samples and sample metrics of the adapted models: generative PPL, Rep-4, Self-BLEU, MAUVE, tokens/s."""
+
+from __future__ import annotations
+
+import torch
+
+from dlmlab.data import TokenStream
+from dlmlab.metrics import (generative_perplexity, last_word_accuracy, mauve_score, mean_pooled_features, read_passages,
+                            rep_n, self_bleu, tokens_per_second)
+from dlmlab.prediff import METHODS
+from dlmlab.sampling import DiffusionSampleConfig, sample_ar, sample_diffusion
+from dlmlab.studies.prediff.presets import PreDiffPreset
+
+
+def prompts_and_references(stream: TokenStream, p: PreDiffPreset) -> tuple[torch.Tensor, torch.Tensor]:
+    """Held-out windows -> prompts [N, P] and their true continuations [N, L]."""
+    w = TokenStream.chunks(stream.val, p.sample_prompt_len + p.gen_len, limit=p.n_prompts)
+    if len(w) < p.n_prompts:
+        raise ValueError(f"validation split too short for {p.n_prompts} prompts of {p.sample_prompt_len + p.gen_len} tokens")
+    return w[:, :p.sample_prompt_len], w[:, p.sample_prompt_len:]
+
+
+def generate(method: str, model, prompts: torch.Tensor, p: PreDiffPreset, steps: int | None, seed: int = 0) -> torch.Tensor:
+    """[N, P+L] samples of ``method`` (``steps`` denoising steps for diffusion; AR decodes token by token)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = prompts.to(p.device)
+    if METHODS[method].is_diffusion:
+        cfg = DiffusionSampleConfig(steps=steps, temperature=p.temperature, top_p=p.top_p)
+        return sample_diffusion(model, prompts, p.gen_len, cfg, g).cpu()
+    return sample_ar(model, prompts, p.gen_len, p.temperature, p.top_p, g).cpu()
+
+
+def sample_metrics(samples: torch.Tensor, references: torch.Tensor, evaluator, tokenizer, p: PreDiffPreset,
+                   ref_features) -> dict:
+    """Metrics of generated continuations; the evaluator is the pretrained backbone (a fixed local judge)."""
+    P = p.sample_prompt_len
+    gen = samples[:, P:]
+    texts = [tokenizer.decode(s.tolist()) for s in gen]
+    feats = mean_pooled_features(evaluator, [s.tolist() for s in gen])
+    return {
+        "gen_ppl": generative_perplexity(evaluator, samples.to(p.device), P),
+        "rep4": rep_n([s.tolist() for s in gen], 4),
+        "self_bleu": self_bleu(texts),
+        "mauve": mauve_score(ref_features, feats),
+    }
+
+
+def speed(method: str, model, prompts: torch.Tensor, p: PreDiffPreset, steps: int | None) -> dict:
+    """Generated tokens / s for a batch of ``p.speed_batch`` prompts (median of ``p.speed_repeats``)."""
+    batch = prompts[: p.speed_batch]
+    fn = lambda: generate(method, model, batch, p, steps)  # noqa: E731
+    res = tokens_per_second(fn, n_tokens=batch.shape[0] * p.gen_len, repeats=p.speed_repeats, warmup=1)
+    res["prompt_kv_reused"] = bool(METHODS[method].is_diffusion and model.attention == "hybrid")
+    return res
+
+
+def lambada(method: str, model, tokenizer, path, p: PreDiffPreset) -> dict:
+    """Greedy last-word accuracy (AR decoding, or diffusion with one token committed per step, temperature 0)."""
+    max_ctx = p.model.max_seq_len - 16
+
+    def predict(ctx: torch.Tensor, n: int) -> torch.Tensor:
+        ctx = ctx.to(p.device)
+        if METHODS[method].is_diffusion:
+            cfg = DiffusionSampleConfig(steps=n, temperature=0.0)
+            return sample_diffusion(model, ctx, n, cfg)[0, ctx.shape[1]:].cpu()
+        return sample_ar(model, ctx, n, temperature=0.0)[0, ctx.shape[1]:].cpu()
+
+    return last_word_accuracy(predict, tokenizer, read_passages(path), limit=p.lambada_limit, max_context=max_ctx)

@@ -1,0 +1,109 @@
+"""Typed presets of the PreDiff study (smoke: CI seconds; cpu: minutes on 2 cores; paper: GPT-2 on WikiText-103, GPU)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dlmlab.config import ConfigError, require
+from dlmlab.models import TransformerConfig
+from dlmlab.prediff.objectives import METHODS
+from dlmlab.training import TrainConfig
+
+
+@dataclass
+class PreDiffPreset:
+    """One run: obtain a causal backbone, adapt it with every method under one budget, evaluate, sample.
+
+    ``backbone_path`` empty: pretrain ``model`` as a GPT-2-architecture AR model on ``corpus`` (BPE of
+    ``bpe_vocab`` trained locally), export it in HF format and load it back.  Otherwise a local HF
+    directory (``backbone_kind`` gpt2 or llama) with its ``tokenizer.json``.  Values ``$NAME`` are read
+    from the environment (the paper preset's local paths).
+    """
+
+    corpus: str = "tinyshakespeare"
+    val_fraction: float = 0.1
+    bpe_vocab: int = 1024
+    seq_len: int = 64
+    backbone_path: str = ""
+    backbone_kind: Literal["gpt2", "llama"] = "gpt2"
+    model: TransformerConfig = field(default_factory=lambda: TransformerConfig(
+        d_model=128, n_layers=4, n_heads=4, d_mlp=512, mlp="gelu_new", max_seq_len=128))
+    pretrain: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500, batch_size=32, lr=2e-3, warmup_steps=100,
+                                                                       log_every=50, keep_checkpoints=1))
+    adapt: TrainConfig = field(default_factory=lambda: TrainConfig(steps=400, batch_size=32, lr=5e-4, warmup_steps=20,
+                                                                    log_every=25, keep_checkpoints=1))
+    scratch_lr: float = 2e-3  # from-scratch training gets the pretraining learning rate
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    curve_every: int = 50  # evaluate the held-out PPL (bound) every this many adaptation steps
+    curve_windows: int = 32
+    curve_n_t: int = 2
+    eval_prompt_len: int = 16
+    eval_windows: int = 128
+    eval_n_t: int = 4
+    n_prompts: int = 32
+    sample_prompt_len: int = 16
+    gen_len: int = 48
+    sample_steps: list[int] = field(default_factory=lambda: [8, 32])
+    temperature: float = 1.0
+    top_p: float = 0.95
+    speed_batch: int = 16
+    speed_repeats: int = 3
+    lambada_limit: int = 500
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        require(not unknown, f"unknown methods {unknown}; choose from {sorted(METHODS)}")
+        require(len(set(self.methods)) == len(self.methods) > 0, "methods must be non-empty and distinct")
+        require(self.seq_len >= 8, f"seq_len must be >= 8, got {self.seq_len}")
+        require(1 <= self.eval_prompt_len < self.seq_len, "eval_prompt_len must be in [1, seq_len)")
+        require(self.sample_prompt_len >= 1 and self.gen_len >= 1, "sample_prompt_len and gen_len must be >= 1")
+        require(self.sample_prompt_len + self.gen_len <= self.model.max_seq_len,
+                "sample_prompt_len + gen_len must fit model.max_seq_len")
+        require(self.seq_len <= self.model.max_seq_len, "seq_len must fit model.max_seq_len")
+        require(self.n_prompts >= 2, "n_prompts must be >= 2 (Self-BLEU / MAUVE need several samples)")
+        require(all(s >= 1 for s in self.sample_steps) and self.sample_steps, "sample_steps must be >= 1")
+        require(self.curve_every >= 1 and self.curve_windows >= 1 and self.eval_windows >= 1, "eval sizes must be >= 1")
+
+    def resolved(self, value: str) -> str:
+        """``$NAME`` -> the environment variable's value (clear error when unset)."""
+        if value.startswith("$"):
+            name = value[1:]
+            if not os.environ.get(name):
+                raise ConfigError(f"this preset needs the environment variable {name} (a local path; nothing is downloaded)")
+            return os.environ[name]
+        return value
+
+
+def _smoke() -> PreDiffPreset:
+    return PreDiffPreset(
+        bpe_vocab=384, seq_len=32,
+        model=TransformerConfig(d_model=48, n_layers=2, n_heads=2, d_mlp=192, mlp="gelu_new", max_seq_len=48),
+        pretrain=TrainConfig(steps=120, batch_size=16, lr=3e-3, warmup_steps=10, log_every=20, keep_checkpoints=1, progress=False),
+        adapt=TrainConfig(steps=20, batch_size=16, lr=1e-3, warmup_steps=2, log_every=5, keep_checkpoints=1, progress=False),
+        scratch_lr=3e-3, curve_every=5, curve_windows=8, curve_n_t=1, eval_prompt_len=8, eval_windows=16, eval_n_t=2,
+        n_prompts=8, sample_prompt_len=8, gen_len=32, sample_steps=[8, 32], speed_batch=4, speed_repeats=1,
+        lambada_limit=20,
+    )
+
+
+def _cpu() -> PreDiffPreset:
+    return PreDiffPreset()
+
+
+def _paper() -> PreDiffPreset:
+    """GPT-2 (124M) from a local HF directory, adapted on WikiText-103 (a local text file), on one GPU."""
+    return PreDiffPreset(
+        corpus="$DLMLAB_WIKITEXT103", val_fraction=0.005, seq_len=512, backbone_path="$DLMLAB_GPT2_DIR",
+        model=TransformerConfig(max_seq_len=1024),
+        adapt=TrainConfig(steps=20000, batch_size=32, lr=1e-4, warmup_steps=500, log_every=100, ckpt_every=1000,
+                          keep_checkpoints=2),
+        scratch_lr=6e-4, curve_every=1000, curve_windows=256, curve_n_t=2, eval_prompt_len=128, eval_windows=2048,
+        eval_n_t=8, n_prompts=512, sample_prompt_len=128, gen_len=256, sample_steps=[8, 32, 128],
+        speed_batch=32, speed_repeats=5, device="cuda",
+    )
+
+
+PRESETS: dict[str, PreDiffPreset] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper()}

@@ -1,0 +1,165 @@
+"""Real relation data: fictitious person -> description facts (Berglund et al. reversal-curse files).
+
+Forward-only training on ``p2d_prompts_train`` (the name comes first, 30 paraphrases per person),
+with a byte-level BPE tokenizer trained locally on those training texts.  Evaluation by ranking
+candidates with the model's likelihood:
+
+* forward (held-out templates, ``p2d_prompts_test``): the person's description among the descriptions
+  of all ``n_facts`` people, written in the same template;
+* reverse (``p2d_reverse_prompts_test``): the description comes first and the name must follow; the
+  true name among the ``n_facts`` names.
+
+ARM score = log p(completion | prompt) (teacher forcing); MDM score = sum of log p at the completion
+positions when all of them are masked at once (one-step masked likelihood).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dlmlab.models import Transformer
+from dlmlab.objectives import mdlm_loss
+from dlmlab.objectives.mdlm import log_probs_no_mask
+from dlmlab.objectives.schedule import sample_t
+from dlmlab.report import Table, claim
+from dlmlab.studies.reversal.presets import RealDataPreset
+from dlmlab.tasks.relations import TextFacts, encode_facts, load_person_description, train_relation_tokenizer
+from dlmlab.training import train
+
+N_TRAIN_PER_FACT, N_TEST_PER_FACT = 30, 10
+
+
+@dataclasses.dataclass
+class RealTask:
+    tokenizer: object
+    train: torch.Tensor  # [n_docs, L] forward documents (right-padded)
+    pad_id: int
+    mask_id: int
+    vocab_size: int
+    forward_test: list[tuple[str, list[str], int]]  # (prompt, candidates, index of the true one)
+    reverse_test: list[tuple[str, list[str], int]]
+
+
+def _blocks(facts: TextFacts, per: int, n: int) -> list[list[tuple[str, str]]]:
+    if len(facts) < per * n:
+        raise ValueError(f"expected {per} rows per person for {n} people, found {len(facts)} rows")
+    return [[(facts.prompts[f * per + t], facts.completions[f * per + t]) for t in range(per)] for f in range(n)]
+
+
+def _ranking(blocks: list[list[tuple[str, str]]]) -> list[tuple[str, list[str], int]]:
+    """Rank, for person f and template t, the completion of every person written with template t."""
+    out = []
+    for f, rows in enumerate(blocks):
+        for t, (prompt, _) in enumerate(rows):
+            out.append((prompt, [blocks[g][t][1] for g in range(len(blocks))], f))
+    return out
+
+
+def prepare(cfg: RealDataPreset) -> RealTask:
+    train_f = load_person_description("p2d_prompts_train")
+    n = cfg.n_facts
+    train_docs = TextFacts(train_f.prompts[: n * N_TRAIN_PER_FACT], train_f.completions[: n * N_TRAIN_PER_FACT])
+    tok = train_relation_tokenizer(train_docs.texts(), cfg.bpe_vocab)
+    pad, mask = tok.vocab_size, tok.vocab_size + 1
+    tokens, _ = encode_facts(tok, train_docs, cfg.seq_len, pad)
+    fwd = _ranking(_blocks(load_person_description("p2d_prompts_test"), N_TEST_PER_FACT, n))
+    rev = _ranking(_blocks(load_person_description("p2d_reverse_prompts_test"), N_TEST_PER_FACT, n))
+    return RealTask(tok, tokens, pad, mask, tok.vocab_size + 2, fwd, rev)
+
+
+def _ar_loss_padded(model, x: torch.Tensor, pad: int):
+    logits = model(x[:, :-1])
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), ignore_index=pad)
+    return loss, {"loss": loss.item()}
+
+
+@torch.no_grad()
+def score_candidates(model, task: RealTask, kind: str, items, seq_len: int, chunk: int = 512) -> np.ndarray:
+    """Per item, the model's log-likelihood of each candidate completion -> [n_items, n_candidates]."""
+    rows, comp, shape = [], [], (len(items), len(items[0][1]))
+    for prompt, cands, _ in items:
+        t, c = encode_facts(task.tokenizer, TextFacts([prompt] * len(cands), cands), seq_len, task.pad_id)
+        rows.append(t)
+        comp.append(c)
+    toks, comp = torch.cat(rows), torch.cat(comp)
+    scores = []
+    model.eval()
+    for x, c in zip(toks.split(chunk), comp.split(chunk)):
+        if kind == "arm":
+            lp = model(x[:, :-1]).float().log_softmax(-1)
+            tok_lp = lp.gather(-1, x[:, 1:, None]).squeeze(-1) * c[:, 1:]
+        else:
+            noisy = torch.where(c, torch.full_like(x, task.mask_id), x)
+            lp = log_probs_no_mask(model(noisy).float(), task.mask_id)
+            tok_lp = lp.gather(-1, x[..., None]).squeeze(-1) * c
+        scores.append(tok_lp.sum(1))
+    return torch.cat(scores).view(shape).numpy()
+
+
+def accuracy(scores: np.ndarray, items) -> float:
+    truth = np.array([it[2] for it in items])
+    return float((scores.argmax(1) == truth).mean())
+
+
+def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, seed: int, progress: bool) -> dict:
+    mcfg = dataclasses.replace(cfg.model, vocab_size=task.vocab_size, positions=positions, max_seq_len=cfg.seq_len,
+                               attn_mask="bidirectional" if kind == "mdm" else "causal")
+    torch.manual_seed(seed)
+    model = Transformer(mcfg)
+    docs = task.train
+    B = cfg.train.batch_size
+
+    def make_batch(step, gen):
+        x = docs[torch.randint(0, len(docs), (B,), generator=gen)]
+        if kind == "arm":
+            return {"tokens": x}
+        return {"tokens": x, "t": sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
+
+    def loss_fn(m, batch):
+        x = batch["tokens"]
+        if kind == "arm":
+            return _ar_loss_padded(m, x, task.pad_id)
+        return mdlm_loss(m, x, task.mask_id, t=batch["t"], noise=batch["noise"], maskable=x != task.pad_id)
+
+    tcfg = dataclasses.replace(cfg.train, seed=seed, progress=progress)
+    hist = train(model, tcfg, make_batch, loss_fn, desc=f"real {kind}/{positions}")
+    out = {"kind": kind, "positions": positions, "seed": seed, "final_loss": hist[-1]["loss"] if hist else None}
+    for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test)):
+        s = score_candidates(model, task, kind, items, cfg.seq_len)
+        out[f"{name}_acc"] = accuracy(s, items)
+    return out
+
+
+def run_real(cfg: RealDataPreset, seed: int, progress: bool = True) -> dict:
+    """Train MDM and ARM forward-only on the person->description facts for each PE; rank completions."""
+    cfg.validate()
+    task = prepare(cfg)
+    runs = [train_real(cfg, task, kind, pe, seed, progress) for pe in cfg.positions for kind in ("mdm", "arm")]
+    return {"runs": runs, "chance": 1.0 / cfg.n_facts, "n_facts": cfg.n_facts,
+            "n_train_docs": int(task.train.shape[0]), "tokenizer_vocab": task.tokenizer.vocab_size}
+
+
+def real_table(real: dict) -> Table:
+    rows = [[r["kind"].upper(), r["positions"], r["forward_acc"], r["reverse_acc"], r["final_loss"]] for r in real["runs"]]
+    return Table("Real data: person -> description facts (forward-only), ranking accuracy",
+                 ["model", "positions", "forward acc (held-out templates)", "reverse acc (description -> name)",
+                  "final train loss"], rows,
+                 note=f"{real['n_facts']} people, {real['n_train_docs']} training documents, local BPE of "
+                      f"{real['tokenizer_vocab']} tokens; chance = {real['chance']:.3f}. One seed.")
+
+
+def real_claim(real: dict):
+    by = {(r["kind"], r["positions"]): r for r in real["runs"]}
+    pes = sorted({r["positions"] for r in real["runs"]})
+    mdm = {pe: by[("mdm", pe)]["reverse_acc"] for pe in pes}
+    arm = {pe: by[("arm", pe)]["reverse_acc"] for pe in pes}
+    holds = all(mdm[pe] > arm[pe] for pe in pes)
+    ev = {f"mdm_reverse_acc_{pe}": mdm[pe] for pe in pes} | {f"arm_reverse_acc_{pe}": arm[pe] for pe in pes}
+    return claim("real_mdm_beats_arm_reverse",
+                 "On the real person->description facts, trained forward-only, the MDM ranks the true name higher "
+                 "than the ARM on reverse (description -> name) prompts: higher reverse accuracy for every "
+                 "positional encoding (one seed).", holds, chance=real["chance"], **ev)

@@ -1,0 +1,60 @@
+"""The reversal study end to end (smoke preset) and its presets."""
+
+import json
+
+import pytest
+
+from dlmlab.config import ConfigError, from_dict
+from dlmlab.studies import load_study
+from dlmlab.studies.reversal import PRESETS, ReversalPreset, run
+
+CLAIMS = {"arm_fails_reverse", "mdm_transfers_reverse", "pe_ordering", "attention_correlation_positive",
+          "gradient_alignment_positive"}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reversal_smoke")
+    run("smoke", out, progress=False)
+    return out
+
+
+def test_smoke_outputs(smoke):
+    data = json.loads((smoke / "results.json").read_text())
+    assert data["study"] == "reversal" and data["preset"] == "smoke"
+    claims = {c["id"]: c for c in data["claims"]}
+    assert CLAIMS <= set(claims)
+    for c in claims.values():
+        assert set(c) == {"id", "statement", "holds", "evidence"} and c["holds"] in (True, False, None)
+        assert c["evidence"], c["id"]
+    # the robust claims of the study
+    assert claims["arm_fails_reverse"]["holds"] is True, claims["arm_fails_reverse"]
+    assert claims["mdm_transfers_reverse"]["holds"] is True, claims["mdm_transfers_reverse"]
+    for f in data["figures"]:
+        assert (smoke / f["path"]).stat().st_size > 1000
+    names = {f["path"] for f in data["figures"]}
+    assert {"figures/attention_correlation.png", "figures/gradient_cosine.png",
+            "figures/reverse_probability.png"} <= names
+    table = data["tables"][0]
+    assert table["columns"][:4] == ["model", "positions", "forward acc", "reverse acc"]
+    p = PRESETS["smoke"]
+    assert len(table["rows"]) == len(p.kinds) * len(p.positions)
+    runs = data["results"]["runs"]
+    assert len(runs) == len(p.kinds) * len(p.positions) * len(p.seeds)
+    assert all(r["history"][0]["step"] == 0 and r["history"][-1]["step"] == p.train.steps for r in runs)
+    report = (smoke / "report.md").read_text()
+    assert "reverse acc" in report and "arm_fails_reverse" in report
+
+
+def test_registry_and_presets():
+    mod = load_study("reversal")
+    assert set(mod.PRESETS) == {"smoke", "cpu", "paper"} and mod.TITLE
+    for p in PRESETS.values():
+        p.validate()
+    assert PRESETS["paper"].model.n_layers > 1
+    with pytest.raises(ValueError, match="unknown preset"):
+        run("huge", "/tmp/never")
+    with pytest.raises(ConfigError, match="positions"):
+        from_dict(ReversalPreset, {"positions": ["rope", "sinusoid"]})
+    with pytest.raises(ConfigError, match="seeds"):
+        from_dict(ReversalPreset, {"seeds": []})
