@@ -174,3 +174,13 @@ def test_manifest_marks_the_running_study(tmp_path, monkeypatch):
     install(monkeypatch, {"a": mod, "b": make_study("b")})
     run_all("smoke", tmp_path, progress=False)
     assert seen["a"]["status"] == "running" and seen["b"]["status"] == "pending"
+
+
+def test_only_rank_zero_writes_the_manifest_and_report(tmp_path, monkeypatch, capsys):
+    calls = []
+    install(monkeypatch, {"a": make_study("a", calls)})
+    monkeypatch.setenv("RANK", "1")
+    run_all("smoke", tmp_path, progress=True)
+    assert calls == [("a", "smoke")]  # every rank runs the study (its training is data-parallel)
+    assert not (tmp_path / MANIFEST).exists() and not (tmp_path / "report.html").exists()
+    assert capsys.readouterr().out == ""

@@ -110,3 +110,19 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     (tmp_path / "bad" / "config.json").write_text(json.dumps(cfgj))
     with pytest.raises(HFConversionError, match="shape"):
         load_gpt2(tmp_path / "bad")
+
+
+def test_bare_gpt2model_and_sharded_checkpoints(tmp_path):
+    from transformers import GPT2Model
+
+    hf = tiny_gpt2()
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    x = torch.randint(0, 50, (2, 10))
+    with torch.no_grad():
+        assert (load_gpt2(tmp_path / "sharded")(x) - hf_logits(hf, x)).abs().max().item() < 1e-4
+    bare = GPT2Model(hf.config)
+    bare.load_state_dict(hf.transformer.state_dict())
+    bare.save_pretrained(tmp_path / "bare")  # keys without the "transformer." prefix
+    with torch.no_grad():
+        assert (load_gpt2(tmp_path / "bare")(x) - hf_logits(hf, x)).abs().max().item() < 1e-4

@@ -129,3 +129,19 @@ def test_ar_accuracy_forward_only():
     t = induction.ar_table(oracle, x)
     assert t["forward"]["left"] == 1.0 and t["reverse"]["left"] == 0.0
     assert t["forward"]["both"] is None
+
+
+def test_embedded_repeats_vary_offset_and_copy_exactly():
+    from dlmlab.tasks.repeated import embedded_repeats
+
+    x = embedded_repeats(200, 32, 0, 1000, 8, torch.Generator().manual_seed(0))
+    periods = set()
+    for r in x.tolist():
+        found = [(h, s) for h in range(8, 17) for s in range(0, 33 - 2 * h) if r[s:s + h] == r[s + h:s + 2 * h]]
+        assert found
+        periods.add(found[0][0])
+    assert len(periods) > 5  # the copy offset is not fixed
+    full = embedded_repeats(4, 20, 0, 50, 10, torch.Generator().manual_seed(1))
+    assert torch.equal(full[:, :10], full[:, 10:])
+    with pytest.raises(ValueError, match="min_half"):
+        embedded_repeats(2, 20, 0, 50, 11)

@@ -17,6 +17,8 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from dlmlab.analysis.heads import model_device, row_chunks
+
 ABLATIONS = ("zero", "mean")
 
 
@@ -25,18 +27,22 @@ def _n_layers(model) -> int:
 
 
 @torch.no_grad()
-def head_means(model, tokens: torch.Tensor, per_position: bool = True, **forward_kwargs) -> dict[int, torch.Tensor]:
-    """Mean ``z`` of every head over the batch (and positions unless ``per_position``).
+def head_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: int = 64,
+               **forward_kwargs) -> dict[int, torch.Tensor]:
+    """Mean ``z`` of every head over the batch (and positions unless ``per_position``), on the CPU.
 
     Returns {layer: [T, H, d_head]} (per position) or {layer: [H, d_head]}.
     """
-    with model.cache("blocks.*.attn.z") as c:
-        model(tokens, **forward_kwargs)
-    out = {}
-    for name, z in c.items():
-        layer = int(name.split(".")[1])
-        out[layer] = z.mean(0) if per_position else z.mean(dim=(0, 1))
-    return out
+    sums: dict[int, torch.Tensor] = {}
+    dev = model_device(model)
+    for sl in row_chunks(tokens.shape[0], chunk):
+        with model.cache("blocks.*.attn.z") as c:
+            model(tokens[sl].to(dev), **forward_kwargs)
+        for name, z in c.items():
+            layer = int(name.split(".")[1])
+            sums[layer] = sums.get(layer, 0.0) + z.float().sum(0).cpu()
+    B = tokens.shape[0]
+    return {layer: (s / B if per_position else s.mean(0) / B) for layer, s in sums.items()}
 
 
 @contextlib.contextmanager
@@ -61,7 +67,7 @@ def ablate_heads(model, heads: Iterable[tuple[int, int]], kind: str = "zero",
             if kind == "zero":
                 z[:, :, hs] = 0.0
             else:
-                m = means[layer].to(z.dtype)
+                m = means[layer].to(device=z.device, dtype=z.dtype)
                 if m.dim() == 3:  # per position [T, H, dh]
                     if m.shape[0] < z.shape[1]:
                         raise ValueError(f"per-position means cover {m.shape[0]} positions, input has {z.shape[1]}")

@@ -117,9 +117,9 @@ def composition_scores(model, kind: str) -> torch.Tensor:
     n2 = Factored(a2, b2).norm()
     scores = sq.sqrt() / (n1[:, None] * n2[None, :]).clamp(min=1e-12)
     scores = scores.reshape(L, H, L, H)
-    layer = torch.arange(L)
+    layer = torch.arange(L, device=scores.device)
     allowed = (layer[:, None] < layer[None, :])[:, None, :, None]
-    return torch.where(allowed, scores, torch.zeros(()))
+    return torch.where(allowed, scores, torch.zeros((), device=scores.device, dtype=scores.dtype)).cpu()
 
 
 def copying_scores(model) -> torch.Tensor:
@@ -129,4 +129,4 @@ def copying_scores(model) -> torch.Tensor:
     ov = all_circuits(model, "OV")
     full = Factored(W_E @ ov.A, ov.B @ W_U)
     eig = full.eigenvalues()
-    return eig.sum(-1).real / eig.abs().sum(-1).clamp(min=1e-12)
+    return (eig.sum(-1).real / eig.abs().sum(-1).clamp(min=1e-12)).cpu()

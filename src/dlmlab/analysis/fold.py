@@ -24,6 +24,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from dlmlab.analysis.heads import model_device
 from dlmlab.models.norm import RMSNorm
 
 
@@ -86,7 +87,7 @@ def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, floa
 
         handles.append(norm.register_forward_hook(hook))
     try:
-        model(tokens, **forward_kwargs)
+        model(tokens.to(model_device(model)), **forward_kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -145,7 +146,8 @@ def fold_layernorm(model, scales: dict[str, float]) -> nn.Module:
             raise KeyError(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
         w, b, center, _ = _norm_params(norm)
         D = w.shape[0]
-        P = torch.eye(D, dtype=w.dtype) - 1.0 / D if center else torch.eye(D, dtype=w.dtype)
+        eye = torch.eye(D, dtype=w.dtype, device=w.device)
+        P = eye - 1.0 / D if center else eye
         fold_t = (w[:, None] * P) / scales[name]  # (P diag(w) / s)^T: x -> x P diag(w) / s, so W' = W fold_t
         # rebuild the linear layers of this site (attribute lookup again: the site may have been re-bound)
         for lin_owner, lin_attr in _linear_attrs(folded, owner, attr):
@@ -172,8 +174,9 @@ def _linear_attrs(model, owner, attr: str) -> list[tuple[nn.Module, str]]:
 @torch.no_grad()
 def fold_gap(model, folded, tokens: torch.Tensor, **forward_kwargs) -> dict[str, float]:
     """How far the folded model is from the original on ``tokens``: max |logit diff| and mean KL (nats)."""
-    a = model(tokens, **forward_kwargs).float()
-    b = folded(tokens, **forward_kwargs).float()
+    x = tokens.to(model_device(model))
+    a = model(x, **forward_kwargs).float()
+    b = folded(x, **forward_kwargs).float()
     la, lb = a.log_softmax(-1), b.log_softmax(-1)
     kl = (la.exp() * (la - lb)).sum(-1).mean()
     agree = (a.argmax(-1) == b.argmax(-1)).float().mean()

@@ -29,7 +29,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from dlmlab.analysis.heads import attention_patterns, attention_to
+from dlmlab.analysis.heads import attention_to, diagonal_scores, model_device, row_chunks
 from dlmlab.objectives.mdlm import log_probs_no_mask
 
 Direction = Literal["forward", "reverse"]
@@ -117,10 +117,11 @@ def build_rows(tokens: torch.Tensor, mask_id: int, direction: str, context: str 
 def _batched_logits_at(model, inputs: torch.Tensor, pos: torch.Tensor, batch: int = 512) -> torch.Tensor:
     """logits [N, V] of ``model(inputs)`` at position ``pos[n]`` of row n, in chunks."""
     outs = []
-    for i in range(0, inputs.shape[0], batch):
-        x, p = inputs[i:i + batch], pos[i:i + batch]
+    dev = model_device(model)
+    for sl in row_chunks(inputs.shape[0], batch):
+        x, p = inputs[sl].to(dev), pos[sl].to(dev)
         logits = model(x)
-        outs.append(logits[torch.arange(x.shape[0]), p])
+        outs.append(logits[torch.arange(x.shape[0], device=dev), p].float().cpu())
     return torch.cat(outs)
 
 
@@ -143,16 +144,17 @@ def dlm_accuracy(model, tokens: torch.Tensor, mask_id: int, direction: str, cont
 
 
 @torch.no_grad()
-def ar_accuracy(model, tokens: torch.Tensor, direction: str) -> float:
+def ar_accuracy(model, tokens: torch.Tensor, direction: str, chunk: int = 64) -> float:
     """Causal-model next-token accuracy at all targets of ``direction`` (prediction read at k - 1)."""
     half = half_len(tokens)
     lo, hi = target_range(half, direction)
     was = model.training
     model.eval()
-    logits = model(tokens[:, : hi - 1])
+    dev = model_device(model)
+    preds = [model(tokens[sl, : hi - 1].to(dev))[:, lo - 1: hi - 1].argmax(-1).cpu()
+             for sl in row_chunks(tokens.shape[0], chunk)]
     model.train(was)
-    pred = logits[:, lo - 1: hi - 1].argmax(-1)
-    return float((pred == tokens[:, lo:hi]).float().mean())
+    return float((torch.cat(preds) == tokens[:, lo:hi]).float().mean())
 
 
 def dlm_table(model, tokens: torch.Tensor, mask_id: int, per_seq: int = 8, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -183,7 +185,4 @@ def dlm_induction_scores(model, tokens: torch.Tensor, mask_id: int, direction: s
 def ar_induction_scores(model, tokens: torch.Tensor) -> torch.Tensor:
     """[L, H] TransformerLens induction score: attention from query q >= half to key q - half + 1."""
     half = half_len(tokens)
-    pats = attention_patterns(model, tokens)
-    # diagonal offset -(half - 1): entries (q, q - half + 1) for q >= half - 1; drop q = half - 1
-    return torch.stack([pats[i].diagonal(offset=-(half - 1), dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, 2))
-                        for i in sorted(pats)])
+    return diagonal_scores(model, tokens, -(half - 1), min_query=half)

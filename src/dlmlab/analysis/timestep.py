@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from dlmlab.analysis.heads import model_device, row_chunks
 from dlmlab.analysis.probes import probe_regression
 from dlmlab.objectives.mdlm import corrupt, log_probs_no_mask
 
@@ -40,7 +41,7 @@ class ProbeReport:
 
 @torch.no_grad()
 def mask_rate_probe(model, tokens: torch.Tensor, mask_id: int, positions_per_seq: int = 8, seed: int = 0,
-                    alpha: float = 1.0) -> ProbeReport:
+                    alpha: float = 1.0, chunk: int = 64) -> ProbeReport:
     """tokens [B, T] clean -> ridge probe of the global mask fraction at each residual point."""
     B, T = tokens.shape
     if B < 8:
@@ -50,19 +51,25 @@ def mask_rate_probe(model, tokens: torch.Tensor, mask_id: int, positions_per_seq
     noisy, masked = corrupt(tokens, t, mask_id, gen)
     frac = masked.float().mean(1)  # actual global mask fraction [B]
     points = residual_points(model)
+    P = min(positions_per_seq, T)
+    pos = torch.rand(B, T, generator=gen).argsort(1)[:, :P]  # [B, P] sampled positions per sequence
+    rows = torch.arange(B)[:, None].expand(B, P)
+    feats: dict[str, list[torch.Tensor]] = {n: [] for n in points}
     was = model.training
     model.eval()
-    with model.cache(points) as c:
-        model(noisy)
+    dev = model_device(model)
+    for sl in row_chunks(B, chunk):
+        with model.cache(points) as c:
+            model(noisy[sl].to(dev))
+        local = torch.arange(sl.stop - sl.start)[:, None].expand(-1, P)
+        for n in points:
+            feats[n].append(c[n][local.to(dev), pos[sl].to(dev)].float().cpu())  # [b, P, D]
     model.train(was)
-    P = min(positions_per_seq, T)
-    pos = torch.rand(B, T, generator=gen).argsort(1)[:, :P]  # [B, P]
-    rows = torch.arange(B)[:, None].expand(B, P)
     y = frac[:, None].expand(B, P).reshape(-1)
     groups = rows.reshape(-1)
     r2, tr2, dirs = [], [], []
     for name in points:
-        X = c[name][rows, pos].reshape(B * P, -1)
+        X = torch.cat(feats[name]).reshape(B * P, -1)
         res = probe_regression(X, y, groups=groups, seed=seed, alpha=alpha)
         r2.append(res.score)
         tr2.append(res.train_score)
@@ -78,10 +85,10 @@ def prediction_entropy(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
 
 @torch.no_grad()
 def patch_mask_rate(model, tokens: torch.Tensor, mask_id: int, point: str, direction, low: float = 0.15,
-                    high: float = 0.8, seed: int = 0) -> dict[str, float]:
+                    high: float = 0.8, seed: int = 0, chunk: int = 64) -> dict[str, float]:
     """Entropy change at masked positions of a low-corruption input when the probe direction is patched in.
 
-    Returns {entropy_clean, entropy_patched, delta, delta_random, probe_shift} (entropies in nats,
+    Returns {entropy_clean, entropy_patched, delta, delta_random, probe_shift, n_masked} (entropies in nats,
     means over the masked positions of the low-rate input; probe_shift = mean projection change).
     """
     if not 0.0 < low < high <= 1.0:
@@ -95,26 +102,30 @@ def patch_mask_rate(model, tokens: torch.Tensor, mask_id: int, point: str, direc
     r = torch.randn(d.shape, generator=gen)
     r = r - (r @ d) * d
     r = r / r.norm()
+    dev = model_device(model)
+    d, r = d.to(dev), r.to(dev)
     was = model.training
     model.eval()
-    with model.cache([point]) as c:
-        model(x_high)
-    a_high = c[point] @ d  # [B, T]
-    with model.cache([point]) as c:
-        base_logits = model(x_low)
-    a_low = c[point] @ d
-    shift = a_high - a_low
+    sums = torch.zeros(3, dtype=torch.float64)
+    shift_sum = 0.0
+    for sl in row_chunks(B, chunk):
+        lo_x, hi_x, sel = x_low[sl].to(dev), x_high[sl].to(dev), m_low[sl].to(dev)
+        with model.cache([point]) as c:
+            model(hi_x)
+        a_high = c[point] @ d.to(c[point].dtype)  # [b, T]
+        with model.cache([point]) as c:
+            base_logits = model(lo_x)
+        shift = a_high - c[point] @ d.to(c[point].dtype)
+        shift_sum += float(shift.sum())
 
-    def run_with(vec: torch.Tensor) -> torch.Tensor:
-        with model.hooks({point: lambda x, hp: x + shift[..., None] * vec.to(x.dtype)}):
-            return model(x_low)
+        def run_with(vec: torch.Tensor) -> torch.Tensor:
+            with model.hooks({point: lambda x, hp: x + shift[..., None] * vec.to(x.dtype)}):
+                return model(lo_x)
 
-    patched = run_with(d)
-    rand = run_with(r)
+        for i, logits in enumerate((base_logits, run_with(d), run_with(r))):
+            sums[i] += float(prediction_entropy(logits.float(), mask_id)[sel].sum())
     model.train(was)
-    sel = m_low
-    h0 = prediction_entropy(base_logits, mask_id)[sel].mean()
-    h1 = prediction_entropy(patched, mask_id)[sel].mean()
-    h2 = prediction_entropy(rand, mask_id)[sel].mean()
-    return {"entropy_clean": float(h0), "entropy_patched": float(h1), "delta": float(h1 - h0),
-            "delta_random": float(h2 - h0), "probe_shift": float(shift.mean()), "n_masked": int(sel.sum())}
+    n = int(m_low.sum())
+    h0, h1, h2 = (sums / max(n, 1)).tolist()
+    return {"entropy_clean": h0, "entropy_patched": h1, "delta": h1 - h0, "delta_random": h2 - h0,
+            "probe_shift": shift_sum / tokens.numel(), "n_masked": n}

@@ -75,11 +75,8 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return {k.removeprefix("transformer."): v for k, v in sd.items()}
 
 
-def gpt2_config_to_ours(raw: dict) -> TransformerConfig:
-    """A :class:`TransformerConfig` equivalent to a GPT-2 ``config.json`` dict."""
-    from transformers import GPT2Config
-
-    hf = GPT2Config(**{k: v for k, v in raw.items() if k not in ("architectures", "transformers_version")})
+def gpt2_config_to_ours(hf) -> TransformerConfig:
+    """A :class:`TransformerConfig` equivalent to a ``transformers.GPT2Config``."""
     act = hf.activation_function
     if act not in _ACT_IN:
         raise HFConversionError(f"GPT-2 activation_function {act!r} is not supported (use one of {sorted(_ACT_IN)})")
@@ -108,9 +105,11 @@ def gpt2_config_to_ours(raw: dict) -> TransformerConfig:
 
 def load_gpt2(path: str | Path, dtype: torch.dtype = torch.float32) -> Transformer:
     """Transformer with the weights of the HF GPT-2 saved in local directory ``path``."""
+    from transformers import GPT2Config
+
     path = Path(path)
-    raw = _read_config(path)
-    cfg = gpt2_config_to_ours(raw)
+    _read_config(path)  # clear errors for a missing / non-GPT-2 directory first
+    cfg = gpt2_config_to_ours(GPT2Config.from_pretrained(str(path)))
     sd = _read_weights(path)
     D, L = cfg.d_model, cfg.n_layers
 

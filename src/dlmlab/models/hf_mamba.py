@@ -9,7 +9,8 @@ with the same weights.  Nothing is downloaded.
 
 ``n_out`` (optional) replaces the LM head by a freshly initialised ``d_model -> n_out``
 head (e.g. a tagging head for fine-tuning on a task); otherwise the LM head is
-``lm_head`` when present and the tied embedding when not.
+``lm_head`` when present and the (tied) input embedding when not, e.g. for a
+backbone-only ``MambaModel`` save.
 """
 
 from __future__ import annotations
@@ -62,9 +63,21 @@ def _strip(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tor
     return out, head
 
 
+def _num(v) -> float:
+    """A float from config.json (transformers writes inf as {"__float__": "Infinity"})."""
+    if isinstance(v, dict) and "__float__" in v:
+        return float(v["__float__"])
+    return float(v)
+
+
 def hf_mamba_config(hf: dict, n_out: int = 0) -> MambaConfig | Mamba2Config:
     """Our config for an HF ``config.json`` dict."""
     kind = hf.get("model_type")
+    if kind not in ("mamba", "mamba2"):
+        raise ConfigError(f"config.json model_type must be 'mamba' or 'mamba2', got {kind!r}")
+    for key in ("hidden_size", "vocab_size", "num_hidden_layers", "state_size"):
+        if key not in hf:
+            raise ConfigError(f"config.json of a {kind} checkpoint lacks {key!r}")
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         raise ConfigError(f"only hidden_act='silu' is supported, checkpoint has {act!r}")
@@ -84,15 +97,13 @@ def hf_mamba_config(hf: dict, n_out: int = 0) -> MambaConfig | Mamba2Config:
         if int(hf.get("n_groups", 1)) != 1:
             raise ConfigError(f"only n_groups=1 Mamba-2 checkpoints are supported, got n_groups={hf['n_groups']}")
         limit = hf.get("time_step_limit", (0.0, float("inf")))
-        if limit is not None and (float(limit[0]) > 0 or math.isfinite(float(limit[1]))):
+        if limit is not None and (_num(limit[0]) > 0 or math.isfinite(_num(limit[1]))):
             raise ConfigError(f"time_step_limit {limit} (dt clamping) is not supported")
         head_dim = int(hf.get("head_dim", 64))
         common["d_inner"] = int(hf.get("expand", 2) * d)
         if int(hf.get("num_heads", common["d_inner"] // head_dim)) * head_dim != common["d_inner"]:
             raise ConfigError(f"num_heads*head_dim ({hf.get('num_heads')}*{head_dim}) != intermediate size {common['d_inner']}")
         cfg = Mamba2Config(headdim=head_dim, **common)
-    else:
-        raise ConfigError(f"config.json model_type must be 'mamba' or 'mamba2', got {kind!r}")
     cfg.validate()
     return cfg
 
@@ -105,9 +116,10 @@ def load_hf_mamba(path: str | Path, n_out: int = 0, dtype: torch.dtype | None = 
     state, head = _strip(_read_weights(path))
     new_head = n_out and n_out != cfg.vocab_size
     if not cfg.tie_embeddings and not new_head:
-        if head is None:
-            raise ValueError(f"{path}: untied checkpoint without lm_head.weight (pass n_out= for a new head)")
-        state["unembed.weight"] = head
+        if head is None:  # backbone-only save (MambaModel / Mamba2Model): read out with the embedding
+            cfg.tie_embeddings = True
+        else:
+            state["unembed.weight"] = head
     model = Mamba(cfg) if isinstance(cfg, MambaConfig) else Mamba2(cfg)
     own = model.state_dict()
     if cfg.tie_embeddings and not new_head:

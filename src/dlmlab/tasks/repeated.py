@@ -7,8 +7,10 @@ vocabulary is ``[text ids | random ids | mask]``:
 
     vocab = RepeatedVocab(text_vocab=65, n_random=128)   # ids 65..192 random, 193 = mask
 
-:func:`mixed_batch` draws a batch whose rows are repeated sequences with probability
-``p_repeated`` and windows of a natural-text token stream otherwise (both of length ``seq_len``).
+:func:`embedded_repeats` varies the repeated segment's length and start so that the copy offset
+is not fixed (otherwise one attention layer can copy from a fixed relative position with learned
+positions, which is not induction).  :func:`mixed_batch` draws a batch whose rows are such
+sequences with probability ``p_repeated`` and windows of a natural-text token stream otherwise.
 """
 
 from __future__ import annotations
@@ -69,21 +71,44 @@ def repeated_tokens(batch: int, half: int, lo: int, hi: int, gen: torch.Generato
     return torch.cat([first, first], dim=1)
 
 
+def embedded_repeats(batch: int, seq_len: int, lo: int, hi: int, min_half: int,
+                     gen: torch.Generator | None = None) -> torch.Tensor:
+    """[batch, seq_len] random ids in [lo, hi) where a segment of random length h in [min_half, seq_len // 2]
+    starting at a random position s is immediately repeated (positions s+h .. s+2h-1 copy s .. s+h-1).
+
+    Varying h and s means the copy offset is not fixed, so a model cannot solve the task by attending to a
+    fixed relative position: it has to find the earlier occurrence by content (induction).
+    ``min_half == seq_len // 2`` gives the plain ``repeated_tokens`` layout.
+    """
+    if not 1 <= min_half <= seq_len // 2:
+        raise ValueError(f"min_half must be in [1, seq_len // 2 = {seq_len // 2}], got {min_half}")
+    if hi - lo < 2:
+        raise ValueError(f"random-token range [{lo}, {hi}) must hold at least 2 ids")
+    base = torch.randint(lo, hi, (batch, seq_len), generator=gen)
+    h = torch.randint(min_half, seq_len // 2 + 1, (batch, 1), generator=gen)
+    s = (torch.rand(batch, 1, generator=gen) * (seq_len - 2 * h + 1)).long()
+    idx = torch.arange(seq_len)[None]
+    copy = (idx >= s + h) & (idx < s + 2 * h)
+    return base.gather(1, torch.where(copy, idx - h, idx).expand(batch, -1))
+
+
 def mixed_batch(text_ids: torch.Tensor | None, batch: int, seq_len: int, p_repeated: float, lo: int, hi: int,
-                gen: torch.Generator) -> torch.Tensor:
+                gen: torch.Generator, min_half: int | None = None) -> torch.Tensor:
     """[batch, seq_len]: each row is a repeated random sequence with prob ``p_repeated``, else a text window.
 
-    ``seq_len`` must be even when repeated rows are drawn; ``text_ids`` may be None only if ``p_repeated == 1``.
+    Repeated rows come from :func:`embedded_repeats` with segment lengths in [min_half, seq_len // 2]
+    (default: ``seq_len // 2``, i.e. exactly two copies; ``seq_len`` must then be even).
+    ``text_ids`` may be None only if ``p_repeated == 1``.
     """
     if not 0.0 <= p_repeated <= 1.0:
         raise ValueError(f"p_repeated must be in [0, 1], got {p_repeated}")
-    if p_repeated > 0 and seq_len % 2:
+    if p_repeated > 0 and min_half is None and seq_len % 2:
         raise ValueError(f"seq_len must be even for repeated sequences, got {seq_len}")
     rep = torch.rand(batch, generator=gen) < p_repeated
     out = torch.empty(batch, seq_len, dtype=torch.long)
     n_rep = int(rep.sum())
     if n_rep:
-        out[rep] = repeated_tokens(n_rep, seq_len // 2, lo, hi, gen)
+        out[rep] = embedded_repeats(n_rep, seq_len, lo, hi, seq_len // 2 if min_half is None else min_half, gen)
     if n_rep < batch:
         if text_ids is None:
             raise ValueError("text_ids is None but p_repeated < 1 asks for natural-text rows")

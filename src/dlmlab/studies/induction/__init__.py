@@ -123,7 +123,16 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     p = PRESETS[preset]
     p.validate()
-    out = Path(out)
+    threads = torch.get_num_threads()
+    if p.threads:
+        torch.set_num_threads(p.threads)
+    try:
+        return _run(p, preset, Path(out), progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyResult:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     data = load_data(p)
@@ -132,7 +141,7 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     eval_tokens = repeated_tokens(p.eval_seqs, half, v.lo, v.hi, torch.Generator().manual_seed(p.seed + 1),
                                   distinct=True)
     probe_tokens = mixed_batch(data.text_ids, p.probe_seqs, p.seq_len, p.p_repeated, v.lo, v.hi,
-                               torch.Generator().manual_seed(p.seed + 2))
+                               torch.Generator().manual_seed(p.seed + 2), p.min_half)
     models, trained = {}, {}
     for L in p.depths:
         for obj in OBJECTIVES:
@@ -159,7 +168,8 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
              f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM "
              f"loss (linear schedule), identical recipe: {p.steps} AdamW steps, batch {p.batch_size}, lr {p.lr} "
              f"(warmup {p.warmup_steps}, {p.schedule} schedule), seed {p.seed}. Training rows of length {p.seq_len}: with probability "
-             f"{p.p_repeated} a repeated random-token sequence (ids from {p.n_random} reserved random tokens), "
+             f"{p.p_repeated} random tokens (ids from {p.n_random} reserved ones) in which a segment of random length "
+             f"{p.min_half}..{p.seq_len // 2} at a random start is repeated right after itself (no fixed copy offset), "
              f"otherwise a window of {p.text_source} ({p.tokenizer} tokens, vocab {v.text_vocab}). Evaluation: "
              f"{p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked targets per "
              f"sequence for the DLM.")

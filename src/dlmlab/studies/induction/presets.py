@@ -21,6 +21,7 @@ class InductionPreset:
     n_heads: int = 4
     seq_len: int = 64
     n_random: int = 128
+    min_half: int = 16  # training repeats: segment length uniform in [min_half, seq_len // 2], random start
     p_repeated: float = 0.75
     text_source: str = "tinyshakespeare"
     tokenizer: str = "char"
@@ -37,24 +38,38 @@ class InductionPreset:
     probe_seqs: int = 256  # corrupted sequences for the mask-rate probe
     background: float = 0.1  # global mask rate of the local-window test
     seed: int = 0
+    device: str = "auto"  # "auto": cuda when available, else cpu
+    threads: int = 1  # torch CPU threads during the study (restored after); 0 = leave as is.  Tiny models run
+    # fastest single-threaded: extra threads only add synchronisation (and spin badly on a shared machine)
+
+    def torch_device(self) -> str:
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
 
     def validate(self) -> None:
         require(len(self.depths) > 0 and all(d >= 1 for d in self.depths), f"depths must be >= 1, got {self.depths}")
         require(self.seq_len % 2 == 0 and self.seq_len >= 12, f"seq_len must be even and >= 12, got {self.seq_len}")
         require(self.d_model % self.n_heads == 0, f"d_model {self.d_model} not divisible by n_heads {self.n_heads}")
         require(0.0 <= self.p_repeated <= 1.0, f"p_repeated must be in [0, 1], got {self.p_repeated}")
+        require(1 <= self.min_half <= self.seq_len // 2, f"min_half must be in [1, seq_len/2], got {self.min_half}")
         require(self.n_random >= self.seq_len // 2, f"n_random ({self.n_random}) must be >= seq_len/2")
         require(self.steps > 0 and self.batch_size > 0, "steps and batch_size must be > 0")
         require(self.ckpt_every >= 0, "ckpt_every must be >= 0")
         require(self.eval_seqs > 0 and self.per_seq > 0 and self.probe_seqs >= 8, "eval sizes must be positive")
+        require(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                f"device must be auto, cpu or cuda[:N], got {self.device!r}")
+        require(self.threads >= 0, f"threads must be >= 0, got {self.threads}")
         require(0.0 <= self.background < 1.0, f"background must be in [0, 1), got {self.background}")
 
 
 PRESETS: dict[str, InductionPreset] = {
-    "smoke": InductionPreset(depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, steps=40, warmup_steps=5,
+    "smoke": InductionPreset(depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, min_half=6, steps=40, warmup_steps=5,
                              batch_size=16, ckpt_every=20, eval_seqs=16, per_seq=4, probe_seqs=32),
     "cpu": InductionPreset(),
-    "paper": InductionPreset(d_model=512, n_heads=16, seq_len=512, n_random=4096, tokenizer="bpe", bpe_vocab=8192,
+    "paper": InductionPreset(d_model=512, n_heads=16, seq_len=512, n_random=4096, min_half=128, tokenizer="bpe", bpe_vocab=8192,
                              text_source="wikitext2-test", steps=20000, batch_size=64, lr=1e-3, warmup_steps=1000,
-                             schedule="cosine", ckpt_every=1000, eval_seqs=512, per_seq=16, probe_seqs=1024),
+                             schedule="cosine", threads=0, ckpt_every=1000, eval_seqs=512, per_seq=16, probe_seqs=1024),
 }

@@ -49,15 +49,17 @@ def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, o
                 progress: bool = True) -> tuple[Transformer, list[dict]]:
     """Train one model (AR: next-token loss, causal; DLM: MDLM loss, bidirectional) -> (model, metric rows)."""
     torch.manual_seed(p.seed)
-    model = Transformer(model_config(p, data.vocab, n_layers, objective))
+    dev = p.torch_device()
+    model = Transformer(model_config(p, data.vocab, n_layers, objective)).to(dev)
     v = data.vocab
     T = p.seq_len
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
-        x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, v.lo, v.hi, gen)
+        x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, v.lo, v.hi, gen, p.min_half)
         if objective == "ar":
-            return {"tokens": x}
-        return {"tokens": x, "t": sample_t(p.batch_size, gen), "noise": torch.rand(x.shape, generator=gen)}
+            return {"tokens": x.to(dev)}
+        batch = {"tokens": x, "t": sample_t(p.batch_size, gen), "noise": torch.rand(x.shape, generator=gen)}
+        return {k: t.to(dev) for k, t in batch.items()}
 
     def loss_fn(m, batch):
         if objective == "ar":

@@ -59,19 +59,31 @@ def _ranking(blocks: list[list[tuple[str, str]]]) -> list[tuple[str, list[str], 
     return out
 
 
-def prepare(cfg: RealDataPreset) -> RealTask:
+def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask_id: int | None = None) -> RealTask:
+    """Forward training documents and ranking items for the first ``cfg.n_facts`` people.
+
+    Without ``tokenizer`` a BPE is trained on the training texts and pad / mask get the two ids after
+    its vocabulary; with one (anything with ``encode(text) -> ids`` and ``vocab_size``), give both ids.
+    """
     train_f = load_person_description("p2d_prompts_train")
     n = cfg.n_facts
     train_docs = TextFacts(train_f.prompts[: n * N_TRAIN_PER_FACT], train_f.completions[: n * N_TRAIN_PER_FACT])
-    tok = train_relation_tokenizer(train_docs.texts(), cfg.bpe_vocab)
-    pad, mask = tok.vocab_size, tok.vocab_size + 1
+    if tokenizer is None:
+        tok = train_relation_tokenizer(train_docs.texts(), cfg.bpe_vocab)
+        pad, mask = tok.vocab_size, tok.vocab_size + 1
+    else:
+        if pad_id is None or mask_id is None:
+            raise ValueError("a given tokenizer needs pad_id and mask_id")
+        tok, pad, mask = tokenizer, pad_id, mask_id
     tokens, _ = encode_facts(tok, train_docs, cfg.seq_len, pad)
+    tokens = tokens[:, : int((tokens != pad).sum(1).max())]  # train on the shortest padding that fits
     fwd = _ranking(_blocks(load_person_description("p2d_prompts_test"), N_TEST_PER_FACT, n))
     rev = _ranking(_blocks(load_person_description("p2d_reverse_prompts_test"), N_TEST_PER_FACT, n))
-    return RealTask(tok, tokens, pad, mask, tok.vocab_size + 2, fwd, rev)
+    return RealTask(tok, tokens, pad, mask, max(tok.vocab_size, pad + 1, mask + 1), fwd, rev)
 
 
-def _ar_loss_padded(model, x: torch.Tensor, pad: int):
+def ar_loss_padded(model, x: torch.Tensor, pad: int):
+    """Next-token NLL of right-padded documents [B,T]; targets equal to ``pad`` are ignored."""
     logits = model(x[:, :-1])
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), ignore_index=pad)
     return loss, {"loss": loss.item()}
@@ -105,13 +117,13 @@ def accuracy(scores: np.ndarray, items) -> float:
     return float((scores.argmax(1) == truth).mean())
 
 
-def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, seed: int, progress: bool) -> dict:
-    mcfg = dataclasses.replace(cfg.model, vocab_size=task.vocab_size, positions=positions, max_seq_len=cfg.seq_len,
-                               attn_mask="bidirectional" if kind == "mdm" else "causal")
-    torch.manual_seed(seed)
-    model = Transformer(mcfg)
+def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed: int, progress: bool,
+                 desc: str = "real", out_dir=None) -> dict:
+    """Train ``model`` (any module mapping tokens [B,T] -> logits [B,T,V]) forward-only on ``task.train``
+    with the ARM (next token, pads ignored) or MDM (MDLM, pads never masked) objective, then rank
+    completions.  Returns {final_loss, forward_acc, reverse_acc}."""
     docs = task.train
-    B = cfg.train.batch_size
+    B = train_cfg.batch_size
 
     def make_batch(step, gen):
         x = docs[torch.randint(0, len(docs), (B,), generator=gen)]
@@ -122,16 +134,26 @@ def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, s
     def loss_fn(m, batch):
         x = batch["tokens"]
         if kind == "arm":
-            return _ar_loss_padded(m, x, task.pad_id)
+            return ar_loss_padded(m, x, task.pad_id)
         return mdlm_loss(m, x, task.mask_id, t=batch["t"], noise=batch["noise"], maskable=x != task.pad_id)
 
-    tcfg = dataclasses.replace(cfg.train, seed=seed, progress=progress)
-    hist = train(model, tcfg, make_batch, loss_fn, desc=f"real {kind}/{positions}")
-    out = {"kind": kind, "positions": positions, "seed": seed, "final_loss": hist[-1]["loss"] if hist else None}
+    tcfg = dataclasses.replace(train_cfg, seed=seed, progress=progress)
+    hist = train(model, tcfg, make_batch, loss_fn, out_dir=out_dir, desc=desc)
+    out = {"final_loss": hist[-1]["loss"] if hist else None}
     for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test)):
-        s = score_candidates(model, task, kind, items, cfg.seq_len)
+        s = score_candidates(model, task, kind, items, seq_len)
         out[f"{name}_acc"] = accuracy(s, items)
     return out
+
+
+def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, seed: int, progress: bool) -> dict:
+    """A toolkit Transformer (MDM: bidirectional, ARM: causal) trained and ranked by :func:`fit_and_rank`."""
+    mcfg = dataclasses.replace(cfg.model, vocab_size=task.vocab_size, positions=positions, max_seq_len=cfg.seq_len,
+                               attn_mask="bidirectional" if kind == "mdm" else "causal")
+    torch.manual_seed(seed)
+    model = Transformer(mcfg)
+    res = fit_and_rank(model, task, kind, cfg.train, cfg.seq_len, seed, progress, desc=f"real {kind}/{positions}")
+    return {"kind": kind, "positions": positions, "seed": seed, **res}
 
 
 def run_real(cfg: RealDataPreset, seed: int, progress: bool = True) -> dict:

@@ -120,7 +120,7 @@ def conv1d(cells, min_drop: float = 0.05) -> Claim:
                      reason="Mamba with and without Conv1D was not run on parity, s3 and dyck", drops=drops)
     prefix = float(np.mean([drops[t] for t in PREFIX]))
     return claim("conv1d_matters_for_prefix_not_dyck", st, prefix >= min_drop and drops["dyck"] < 0.5 * prefix,
-                 prefix_drop=prefix, dyck_drop=drops["dyck"], **{f"{t}_drop": d for t, d in drops.items()})
+                 prefix_drop=prefix, **{f"{t}_drop": d for t, d in drops.items()})
 
 
 def readability_causality(cells) -> Claim:

@@ -115,6 +115,8 @@ def tables(cells, p: StatePreset, archs, main_archs, missing, pretrained) -> lis
         rows.append([a] + [cells[(a, t)]["params"] if (a, t) in cells else None for t in p.tasks])
     ts.append(Table("Parameter counts", ["arch"] + list(p.tasks), rows,
                     note="Counts differ by task only through the vocabulary / output sizes."))
+    if (p.d_model, p.n_layers) != (128, 4):
+        ts.append(paper_param_table(p, main_archs))
     rows = [[a, t] + [c["acc_by_len"][L] for L in p.eval_lens] + [c["train_time_s"]]
             for (a, t), c in cells.items()]
     ts.append(Table("Per-token accuracy by evaluation length", ["arch", "task"] + [f"L={L}" for L in p.eval_lens]
@@ -167,3 +169,16 @@ def tables(cells, p: StatePreset, archs, main_archs, missing, pretrained) -> lis
                           ", ".join(f"{x:.2f}" for x in r["probe_accuracy"]), r["probe_dir_drop"]]
                          for r in pretrained]))
     return ts
+
+
+def paper_param_table(p: StatePreset, archs) -> Table:
+    """Parameter counts at the paper shape (d_model 128, 4 layers), counted on the meta device."""
+    from dlmlab.models.factory import param_table
+
+    cols = {}
+    for t in p.tasks:
+        task = make_task(t, p)
+        for row in param_table(task.vocab_size, task.n_classes, 128, 4, tuple(archs)):
+            cols.setdefault(row["arch"], {})[t] = row["params"]
+    return Table("Parameter counts at the paper size (d_model 128, 4 layers; not trained in this preset)",
+                 ["arch"] + list(p.tasks), [[a] + [cols.get(a, {}).get(t) for t in p.tasks] for a in archs])

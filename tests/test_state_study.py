@@ -1,0 +1,90 @@
+"""The state study end to end at the smoke preset: outputs, figures, claims, parameter counts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from dlmlab.config import ConfigError
+from dlmlab.studies import load_study
+from dlmlab.studies.state import PRESETS, TITLE
+from dlmlab.studies.state.claims import all_claims
+
+CLAIMS = {"prefix_tasks_late_in_recurrent", "prefix_tasks_gradual_in_transformer", "dyck_early_in_transformer",
+          "s3_groups_with_parity", "probe_direction_ablation_drops_accuracy", "conv1d_matters_for_prefix_not_dyck",
+          "readability_vs_causality_split"}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("state_smoke")
+    mod = load_study("state")
+    res = mod.run("smoke", out, progress=False)
+    return out, res
+
+
+def test_smoke_outputs(smoke):
+    out, res = smoke
+    data = json.loads((out / "results.json").read_text())
+    assert data["study"] == "state" and data["preset"] == "smoke"
+    assert {c["id"] for c in data["claims"]} == CLAIMS
+    for c in data["claims"]:
+        assert c["holds"] in (True, False, None)
+        if c["holds"] is None:
+            assert "reason" in c["evidence"]
+    for f in data["figures"]:
+        assert (out / f["path"]).stat().st_size > 1000
+    names = {f["path"] for f in data["figures"]}
+    assert {"figures/probe_by_layer.png", "figures/ablation_drops.png", "figures/ood_length.png"} <= names
+    report = (out / "report.md").read_text()
+    assert TITLE in report and "Parameter counts" in report
+    cells = data["results"]["cells"]
+    p = PRESETS["smoke"]
+    ran = {c["arch"] for c in cells}
+    assert {"transformer", "lstm", "gru"} <= ran
+    # every architecture is either run or listed as unavailable with a reason
+    assert set(p.archs) <= ran | set(data["results"]["unavailable"])
+    for c in cells:
+        assert c["params"] > 0
+        assert set(map(int, c["acc_by_len"])) == set(p.eval_lens)
+        if c["arch"] != "mamba-noconv":
+            assert len(c["probes"]) == p.n_layers + 1
+            assert 0 <= c["best_layer"] <= p.n_layers
+            assert set(c["ablation"]) == {"probe_dir", "random_dir", "probe_subspace", "pca", "random_subspace"}
+            assert len(c["layer_ablation_drop"]) == p.n_layers + 1
+        if c["task"] in p.patch_tasks and c["arch"] != "mamba-noconv":
+            assert len(c["patching"]["at_last_pos"]) == p.n_layers + 1
+    # params matched across architectures within 10% (same task)
+    by_task = {}
+    for c in cells:
+        by_task.setdefault(c["task"], []).append(c["params"])
+    for counts in by_task.values():
+        assert max(counts) <= 1.1 * min(counts)
+
+
+def test_claims_computed_from_cells(smoke):
+    _, res = smoke
+    cells = {(c["arch"], c["task"]): c for c in res.results["cells"]}
+    again = {c.id: c.holds for c in all_claims(cells)}
+    assert again == {c.id: c.holds for c in res.claims}
+    # a fabricated cell set flips a claim: the claims really read the measurements
+    fake = {k: dict(v) for k, v in cells.items()}
+    for (a, t), c in fake.items():
+        if a in ("lstm", "gru") and t == "parity":
+            c["best_layer"] = 0
+    assert {c.id: c for c in all_claims(fake)}["prefix_tasks_late_in_recurrent"].holds is False
+    for (a, t), c in fake.items():
+        if "probes" in c:
+            c["best_layer"] = c["n_layers"] if a != "transformer" else 0
+    assert {c.id: c for c in all_claims(fake)}["prefix_tasks_late_in_recurrent"].holds is True
+
+
+def test_bad_presets():
+    with pytest.raises(ConfigError, match="architecture"):
+        dataclasses.replace(PRESETS["smoke"], archs=["rnn"]).validate()
+    with pytest.raises(ConfigError, match="train_len"):
+        dataclasses.replace(PRESETS["smoke"], eval_lens=[60]).validate()
+    with pytest.raises(ConfigError, match="preset"):
+        load_study("state").run("huge", "/tmp/never")
