@@ -75,6 +75,16 @@ def test_malformed_results_do_not_break_the_report(tmp_path, monkeypatch):
     assert "could not render" in html and "a main table" in html
 
 
+def test_png_size(tmp_path):
+    from dlmlab.report.figures import new_figure, save_figure
+    from dlmlab.report.html import _png_size
+
+    fig, _ = new_figure(ncols=3, width=3.0, height=2.0)
+    entry = save_figure(fig, tmp_path, "w", "wide")
+    assert _png_size((tmp_path / entry["path"]).read_bytes()) == (990, 220)  # 9 x 2 inches at dpi 110
+    assert _png_size(b"GIF89a" + b"0" * 40) is None
+
+
 def test_number_format():
     assert [num(x) for x in [0.0, 1.25, 0.1234567, 12345.6, 2.5e-7, 3e7, -0.5]] == \
         ["0", "1.25", "0.1235", "12346", "2.500e-07", "3.000e+07", "-0.5"]
@@ -101,5 +111,28 @@ def test_report_renders_in_chromium(report, browser):  # noqa: F811
     assert page.locator("h2", has_text="Fake study alpha").is_visible()
     external = [u for u in requests if not u.startswith(("file:", "data:"))]
     assert external == []
+    assert errors == []
+    page.close()
+
+
+@pytest.mark.slow
+def test_real_studies_smoke_end_to_end(tmp_path, browser):  # noqa: F811
+    """`reproduce all --preset smoke` with the installed studies (~2 min on 2 cores), report checked in Chromium."""
+    import json
+
+    from dlmlab.studies import STUDIES
+
+    report = run_all("smoke", tmp_path, progress=False)
+    man = json.loads((tmp_path / "run_all.json").read_text())
+    assert {n: s["status"] for n, s in man["studies"].items()} == {n: "ran" for n in STUDIES}
+    html = report.read_text()
+    n_fig = sum(len(json.loads((tmp_path / n / "results.json").read_text())["figures"]) for n in STUDIES)
+    assert n_fig >= len(STUDIES) and html.count("<img ") == n_fig
+    page = browser.new_page()
+    errors = console_errors(page)
+    page.goto(report.as_uri(), wait_until="load", timeout=60_000)
+    widths = page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
+    assert len(widths) == n_fig and all(w > 0 for w in widths)
+    assert page.locator("table.claims tbody tr").count() == sum(s["claims_total"] for s in man["studies"].values())
     assert errors == []
     page.close()

@@ -58,3 +58,28 @@ def test_registry_and_presets():
         from_dict(ReversalPreset, {"positions": ["rope", "sinusoid"]})
     with pytest.raises(ConfigError, match="seeds"):
         from_dict(ReversalPreset, {"seeds": []})
+
+
+@pytest.mark.parametrize("dataset", ["person_description", "celebrity"])
+def test_real_data_pipeline(dataset):
+    from dlmlab.models import TransformerConfig
+    from dlmlab.studies.reversal.presets import RealDataPreset
+    from dlmlab.studies.reversal.real import prepare, real_claim, real_table, run_real
+    from dlmlab.training import TrainConfig
+
+    cfg = RealDataPreset(enabled=True, dataset=dataset, n_facts=3, bpe_vocab=300, seq_len=128,
+                         model=TransformerConfig(d_model=16, n_layers=1, n_heads=2),
+                         train=TrainConfig(steps=3, batch_size=4, log_every=1), positions=["rope"])
+    task = prepare(cfg)
+    n_items = 30 if dataset == "person_description" else 3
+    assert len(task.forward_test) == len(task.reverse_test) == n_items
+    assert all(len(c) == 3 and 0 <= i < 3 for _, c, i in task.reverse_test)
+    assert task.mask_id == task.vocab_size - 1 and task.pad_id == task.vocab_size - 2
+    real = run_real(cfg, seed=0, progress=False)
+    assert {(r["kind"], r["positions"]) for r in real["runs"]} == {("mdm", "rope"), ("arm", "rope")}
+    for r in real["runs"]:
+        assert 0 <= r["forward_acc"] <= 1 and 0 <= r["reverse_acc"] <= 1
+    assert len(real_table(real).rows) == 2
+    assert real_claim(real).holds in (True, False)
+    with pytest.raises(ConfigError, match="n_facts"):
+        RealDataPreset(n_facts=31).validate()

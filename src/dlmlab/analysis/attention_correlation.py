@@ -22,7 +22,7 @@ from dlmlab.tasks.relations import Queries
 def evidence_scores(model, q: Queries, layer: int = 0) -> torch.Tensor:
     """Pre-softmax score [N, H] from each query position to its evidence position."""
     s = attention_scores(model, q.tokens, layer)  # [N,H,T,T]
-    rows = torch.arange(len(q))
+    rows = torch.arange(len(q), device=q.tokens.device)
     return s[rows, :, q.query_pos, q.evidence_pos]
 
 

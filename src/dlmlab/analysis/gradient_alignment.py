@@ -32,7 +32,7 @@ def storage_column_gradient(model, q: Queries, source: torch.Tensor, layer: int 
     reads = (q.tokens == source[:, None]).to(sr.alpha.dtype)  # [N,T]
     coef = (sr.alpha * reads[:, None]).sum(-1) / sr.scale[:, None]  # [N,H]
     resid = sr.probs.clone()
-    resid[torch.arange(len(q)), q.target] -= 1.0  # p - e_a  [N,V]
+    resid[torch.arange(len(q), device=resid.device), q.target] -= 1.0  # p - e_a  [N,V]
     return coef[:, :, None] * resid[:, None, :]
 
 

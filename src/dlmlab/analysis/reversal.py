@@ -17,7 +17,7 @@ from dlmlab.tasks.relations import Queries
 def query_log_probs(model, q: Queries, exclude: tuple[int, ...] = (), **forward_kwargs) -> torch.Tensor:
     """log p(. | query) [N, V] at each query position; ``exclude`` ids (e.g. the mask) get -inf."""
     logits = model(q.tokens, **forward_kwargs)  # [N,T,V]
-    at = logits[torch.arange(len(q)), q.query_pos].float()  # [N,V]
+    at = logits[torch.arange(len(q), device=logits.device), q.query_pos].float()  # [N,V]
     if exclude:
         at = at.clone()
         at[:, list(exclude)] = float("-inf")

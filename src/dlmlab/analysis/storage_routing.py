@@ -72,7 +72,7 @@ def _final_linear(model, resid: torch.Tensor):
     ln = model.ln_final
     if isinstance(ln, nn.LayerNorm):
         s = (resid.var(-1, unbiased=False) + ln.eps).sqrt()  # [N]
-        w = ln.weight if ln.weight is not None else torch.ones(resid.shape[-1])
+        w = ln.weight if ln.weight is not None else torch.ones(resid.shape[-1], device=resid.device)
 
         def f(c):
             shape = (c.shape[0],) + (1,) * (c.dim() - 1)
@@ -136,7 +136,7 @@ def storage_routing(model, q: Queries, layer: int = 0, exclude: tuple[int, ...] 
     with model.cache(names) as c:
         logits = model(q.tokens, **forward_kwargs)
     N = len(q)
-    rows = torch.arange(N)
+    rows = torch.arange(N, device=q.tokens.device)
     pattern = c[names[0]]  # [N,H,T,T]
     v = c[names[1]]  # [N,T,H,dh]
     resid = c[names[2]][rows, q.query_pos]  # [N,D]
@@ -172,7 +172,7 @@ def storage_matrix(model, sources: torch.Tensor, targets: torch.Tensor | None = 
     """
     _check_layer(model, layer)
     blk = model.blocks[layer]
-    x = blk.ln1(model.tok_emb.weight[sources])  # [S,D]
+    x = blk.ln1(model.tok_emb.weight[sources.to(model.tok_emb.weight.device)])  # [S,D]
     hw = blk.attn.head_weights()
     v = torch.einsum("sd,hde->hse", x, hw["W_V"]) + hw["b_V"][:, None]  # [H,S,dh]
     out = torch.einsum("hse,hem->hsm", v, hw["W_O"])  # [H,S,D]
@@ -183,7 +183,7 @@ def storage_matrix(model, sources: torch.Tensor, targets: torch.Tensor | None = 
             out = out * ln.weight
     elif isinstance(ln, RMSNorm):
         out = out * ln.weight
-    W_U = model.unembed.weight if targets is None else model.unembed.weight[targets]  # [A,D]
+    W_U = model.unembed.weight if targets is None else model.unembed.weight[targets.to(out.device)]  # [A,D]
     return torch.einsum("hsm,am->has", out, W_U)
 
 
@@ -191,5 +191,5 @@ def storage_margin(Y: torch.Tensor, pairs_target: torch.Tensor) -> torch.Tensor:
     """How strongly storage singles out the true partner: for Y [H, n_targets, n_sources] summed over heads,
     margin[k] = Y[pairs_target[k], k] - mean_a Y[a, k] over the targets -> [n_sources]."""
     Ys = Y.sum(0)
-    idx = torch.arange(Ys.shape[1])
+    idx = torch.arange(Ys.shape[1], device=Ys.device)
     return Ys[pairs_target, idx] - Ys.mean(0)

@@ -92,7 +92,11 @@ class Attention(nn.Module):
                 scores.add_(bias)
             elif is_causal:
                 scores.add_(causal_bias(T, k.shape[2], scores.device, scores.dtype))
-            pattern = self.pattern(scores.softmax(dim=-1))
+            if scores.requires_grad:
+                probs = scores.softmax(dim=-1)
+            else:  # no autograd: normalise in place (the kernel finishes each row's max before writing it)
+                probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
+            pattern = self.pattern(probs)
             z = pattern @ v
         else:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=is_causal and bias is None)

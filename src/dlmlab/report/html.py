@@ -52,6 +52,8 @@ ul.evidence li { margin: 0; }
 ul.evidence .k { color: var(--muted); }
 .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 18px; }
 figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px; background: #fff; }
+figure.wide { grid-column: 1 / -1; }
+table.claims td:nth-child(4) { min-width: 240px; } table.claims td:nth-child(2) { min-width: 260px; }
 figure img { max-width: 100%; height: auto; display: block; margin: 0 auto; }
 figcaption { font-size: 0.86rem; color: var(--muted); margin-top: 6px; }
 details { margin: 0.6em 0; } summary { cursor: pointer; color: var(--muted); }
@@ -152,10 +154,20 @@ def figure_html(study_dir: Path, fig: dict) -> str:
     if not rel or not inside or not path.is_file():
         return f'<figure><p class="muted">figure file missing: <code>{esc(rel)}</code></p>' \
                f"<figcaption>{caption}</figcaption></figure>"
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    raw = path.read_bytes()
+    data = base64.b64encode(raw).decode("ascii")
     mime = "image/svg+xml" if path.suffix.lower() == ".svg" else "image/png"
-    return (f'<figure><img src="data:{mime};base64,{data}" alt="{caption}">'
+    size = _png_size(raw)
+    wide = ' class="wide"' if size and size[0] > 1.8 * size[1] else ""  # multi-panel figures span the row
+    return (f'<figure{wide}><img src="data:{mime};base64,{data}" alt="{caption}">'
             f"<figcaption>{caption}</figcaption></figure>")
+
+
+def _png_size(raw: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG header, ``None`` if ``raw`` is not a PNG."""
+    if raw[:8] != b"\x89PNG\r\n\x1a\n" or len(raw) < 24:
+        return None
+    return int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
 
 
 def _pre_json(obj: Any) -> str:

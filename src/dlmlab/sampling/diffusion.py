@@ -94,11 +94,15 @@ def sample_diffusion(model, prompt: torch.Tensor, gen_len: int, cfg: DiffusionSa
             logits = model(torch.cat([prompt, target], 1), t, prompt_len=P, self_cond=full_sc)[:, P:]
         if return_logits:
             trace.append(logits.detach().clone())
-        tok, conf = sample_from_logits(logits, cfg.temperature, cfg.top_p, generator, banned=mask_id)
-        conf = conf.masked_fill(~still, -1.0)
+        where = still.nonzero(as_tuple=True)  # draw tokens only where still masked
+        tok_m, conf_m = sample_from_logits(logits[where], cfg.temperature, cfg.top_p, generator, banned=mask_id)
+        conf = torch.full((B, gen_len), -1.0, dtype=conf_m.dtype, device=target.device)
+        conf[where] = conf_m
+        tok = torch.zeros_like(target)
+        tok[where] = tok_m.to(target.dtype)
         chosen = conf.topk(n_commit, dim=1).indices  # [B, n_commit], all still masked
-        target = target.scatter(1, chosen, tok.gather(1, chosen).to(target.dtype))
-        if cfg.self_cond and model.uses_self_cond:
+        target = target.scatter(1, chosen, tok.gather(1, chosen))
+        if cfg.self_cond and model.uses_self_cond and n_commit < int(still.sum(1).min()):
             sc = model.soft_prediction(logits)
     out = torch.cat([prompt, target], 1)
     return (out, trace) if return_logits else out

@@ -290,9 +290,10 @@ def run_all(preset: str, out: str | Path, progress: bool = True) -> Path:
         print(summary_table(runs))
     bad = [r for r in runs if r.status in ("failed", "missing")]
     if bad:
-        raise StudiesFailed(
-            "incomplete reproduction: " + ", ".join(f"{r.name} {r.status}" for r in bad)
-            + f" (details in {report})",
-            report,
-        )
+        def why(r: StudyRun) -> str:
+            last = r.error.strip().splitlines()[-1] if r.error.strip() else ""
+            where = f"; traceback in {out / r.name / 'error.txt'}" if (out / r.name / "error.txt").exists() else ""
+            return f"{r.name} {r.status} ({last}{where})"
+
+        raise StudiesFailed(f"incomplete reproduction: {', '.join(why(r) for r in bad)}; report: {report}", report)
     return report

@@ -71,6 +71,10 @@ class Queries:
     def subset(self, idx: torch.Tensor) -> "Queries":
         return Queries(self.tokens[idx], self.query_pos[idx], self.target[idx], self.evidence_pos[idx])
 
+    def to(self, device) -> "Queries":
+        return Queries(self.tokens.to(device), self.query_pos.to(device), self.target.to(device),
+                       self.evidence_pos.to(device))
+
 
 class SyntheticRelations:
     """A fixed random bijection A_k -> B_k (seeded) and the sequences / queries built from it."""

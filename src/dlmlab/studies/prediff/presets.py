@@ -48,7 +48,7 @@ class PreDiffPreset:
     sample_steps: list[int] = field(default_factory=lambda: [8, 32])
     temperature: float = 1.0
     top_p: float = 0.95
-    speed_batch: int = 16
+    speed_batch: int = 1  # CPU: one prompt at a time (latency); the paper preset uses a GPU batch
     speed_repeats: int = 3
     lambada_limit: int = 500
     device: str = "cpu"
@@ -84,7 +84,7 @@ def _smoke() -> PreDiffPreset:
         pretrain=TrainConfig(steps=120, batch_size=16, lr=3e-3, warmup_steps=10, log_every=20, keep_checkpoints=1, progress=False),
         adapt=TrainConfig(steps=20, batch_size=16, lr=1e-3, warmup_steps=2, log_every=5, keep_checkpoints=1, progress=False),
         scratch_lr=3e-3, curve_every=5, curve_windows=8, curve_n_t=1, eval_prompt_len=8, eval_windows=16, eval_n_t=2,
-        n_prompts=8, sample_prompt_len=8, gen_len=32, sample_steps=[8, 32], speed_batch=4, speed_repeats=1,
+        n_prompts=8, sample_prompt_len=8, gen_len=32, sample_steps=[8, 32], speed_batch=1, speed_repeats=1,
         lambada_limit=20,
     )
 

@@ -21,18 +21,25 @@ def _curve(group: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     return steps, vals.mean(0), vals.std(0)
 
 
-def attention_correlation_figure(runs: list[dict], positions: list[str], train_distance: int, out: Path) -> dict:
-    fig, axes = new_figure()
+LABELS = {"mdm": "MDM", "mdm_mdlm": "MDM (MDLM)", "arm": "ARM"}
+STYLES = {"mdm": "-", "mdm_mdlm": "--"}
+
+
+def attention_correlation_figure(runs: list[dict], kinds: list[str], positions: list[str], train_distance: int,
+                                 out: Path) -> dict:
+    fig, axes = new_figure(width=6.0)
     ax = axes[0, 0]
-    for pe in positions:
-        g = [r for r in _group(runs, "mdm", pe) if "corr_by_distance" in r["diagnostics"]]
-        if not g:
-            continue
-        ds = sorted(int(d) for d in g[0]["diagnostics"]["corr_by_distance"])
-        vals = np.array([[r["diagnostics"]["corr_by_distance"][d] for d in ds] for r in g], dtype=float)
-        m, s = np.nanmean(vals, 0), np.nanstd(vals, 0)
-        ax.plot(ds, m, marker="o", color=COLORS.get(pe), label=f"MDM {pe}")
-        ax.fill_between(ds, m - s, m + s, color=COLORS.get(pe), alpha=0.2)
+    for kind in kinds:
+        for pe in positions:
+            g = [r for r in _group(runs, kind, pe) if "corr_by_distance" in r["diagnostics"]]
+            if not g:
+                continue
+            ds = sorted(int(d) for d in g[0]["diagnostics"]["corr_by_distance"])
+            vals = np.array([[r["diagnostics"]["corr_by_distance"][d] for d in ds] for r in g], dtype=float)
+            m, s = np.nanmean(vals, 0), np.nanstd(vals, 0)
+            ax.plot(ds, m, marker="o", ms=3, ls=STYLES.get(kind, "-"), color=COLORS.get(pe),
+                    label=f"{LABELS.get(kind, kind)} {pe}")
+            ax.fill_between(ds, m - s, m + s, color=COLORS.get(pe), alpha=0.15)
     ax.axvline(train_distance, color="gray", ls=":", lw=1, label="training distance")
     ax.axhline(0, color="black", lw=0.5)
     ax.set_xlabel("distance between [M] and B")
@@ -45,7 +52,7 @@ def attention_correlation_figure(runs: list[dict], positions: list[str], train_d
 
 
 def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, caption, extra_key=None, log=False):
-    fig, axes = new_figure(ncols=len(kinds))
+    fig, axes = new_figure(ncols=len(kinds), width=4.5)
     for ax, kind in zip(axes[0], kinds):
         for pe in positions:
             g = _group(runs, kind, pe)
@@ -61,17 +68,18 @@ def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, capt
             ax.set_yscale("log")
         ax.set_xlabel("training step (forward-only)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{kind.upper()}: {title}")
+        ax.set_title(f"{LABELS.get(kind, kind)}: {title}", fontsize=10)
         ax.legend(fontsize=8)
     return save_figure(fig, out, name, caption)
 
 
 def gradient_cosine_figure(runs, kinds, positions, out: Path) -> dict:
     return _training_panels(
-        runs, kinds, positions, "grad_cos", "cos(grad fwd, grad rev) on Y[:, B]", "storage gradient alignment", out,
+        runs, kinds, positions, "grad_cos", "cos(grad fwd, grad rev)", "gradient alignment", out,
         "gradient_cosine",
-        "Cosine between the forward-loss and reverse-loss gradients on the storage column Y[:, B], over training "
-        "(mean +- std over seeds and facts; 0 when the forward query never reads B, as for the ARM).")
+        "Solid: cosine between the forward-loss and reverse-loss gradients on the storage column Y[:, B], over "
+        "training (mean +- std over seeds, mean over facts; 0 when the forward query never reads B, as for the ARM). "
+        "Dotted: cosine of the full parameter gradients of the two losses.", extra_key="param_cos")
 
 
 def reverse_probability_figure(runs, kinds, positions, chance: float, out: Path) -> dict:

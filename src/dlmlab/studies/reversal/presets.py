@@ -11,19 +11,21 @@ from dlmlab.tasks.relations import RelationTaskConfig
 from dlmlab.training import TrainConfig
 
 PE = Literal["learned", "rope", "alibi"]
-Kind = Literal["mdm", "arm"]
+Kind = Literal["mdm", "mdm_mdlm", "arm"]
 
 
 @dataclass
 class RealDataPreset:
-    """Second task: the person/description facts (train p2d, test the reverse prompts) with a local BPE.
+    """Second task: real facts with a local BPE: person/description (train p2d, test the reverse prompts) or
+    celebrity child -> parent pairs (train forward, test "P's child is" -> C).
 
-    ``n_facts`` of the 30 fictitious people are used; reverse accuracy = the true name has the highest
-    likelihood among the names of all ``n_facts`` people.
+    ``n_facts`` people (pairs) are used; accuracy = the true completion has the highest likelihood among the
+    completions of all ``n_facts`` people (pairs).
     """
 
     enabled: bool = False
-    n_facts: int = 30
+    dataset: Literal["person_description", "celebrity"] = "person_description"
+    n_facts: int = 30  # people (person_description: at most 30) or celebrity pairs
     bpe_vocab: int = 2048  # BPE saturates near 1.5k tokens on these texts
     seq_len: int = 64
     model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=128, n_layers=2, n_heads=4, d_mlp=512))
@@ -31,7 +33,8 @@ class RealDataPreset:
     positions: list[PE] = field(default_factory=lambda: ["rope"])
 
     def validate(self) -> None:
-        require(1 < self.n_facts <= 30, f"real.n_facts must be in [2, 30], got {self.n_facts}")
+        top = 30 if self.dataset == "person_description" else 1000
+        require(1 < self.n_facts <= top, f"real.n_facts must be in [2, {top}] for {self.dataset}, got {self.n_facts}")
         require(self.seq_len >= 8, f"real.seq_len must be >= 8, got {self.seq_len}")
 
 
@@ -43,11 +46,13 @@ class ReversalPreset:
     model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=64, n_layers=1, n_heads=2))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=400, batch_size=64, lr=1e-3, log_every=25,
                                                                    weight_decay=0.0, schedule="constant"))
-    kinds: list[Kind] = field(default_factory=lambda: ["mdm", "arm"])
+    # mdm: MDM trained on "[M] is B" -> A only (given mask); mdm_mdlm: MDM trained with random MDLM masks of
+    # "A is B" (any-order objective, also trains "A is [M]" -> B); arm: next-token on "A is B".
+    kinds: list[Kind] = field(default_factory=lambda: ["mdm", "mdm_mdlm", "arm"])
     positions: list[PE] = field(default_factory=lambda: ["learned", "rope", "alibi"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    mdm_objective: Literal["given_mask", "mdlm"] = "given_mask"
     max_distance: int = 8  # attention correlation measured for distances 1..max_distance
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
     real: RealDataPreset = field(default_factory=RealDataPreset)
 
     def validate(self) -> None:
@@ -70,7 +75,7 @@ def _cpu() -> ReversalPreset:
     return ReversalPreset(
         task=RelationTaskConfig(n_pairs=128, gap=1),
         model=TransformerConfig(d_model=128, n_layers=1, n_heads=4),
-        train=TrainConfig(steps=1200, batch_size=128, lr=1e-3, log_every=50, weight_decay=0.0, schedule="constant"),
+        train=TrainConfig(steps=600, batch_size=128, lr=1e-3, log_every=25, weight_decay=0.0, schedule="constant"),
         seeds=[0, 1, 2], max_distance=8,
         real=RealDataPreset(enabled=True),
     )

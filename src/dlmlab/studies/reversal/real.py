@@ -1,4 +1,5 @@
-"""Real relation data: fictitious person -> description facts (Berglund et al. reversal-curse files).
+"""Real relation data: fictitious person -> description facts (Berglund et al. reversal-curse files),
+or (``dataset="celebrity"``) celebrity child -> parent pairs.
 
 Forward-only training on ``p2d_prompts_train`` (the name comes first, 30 paraphrases per person),
 with a byte-level BPE tokenizer trained locally on those training texts.  Evaluation by ranking
@@ -27,7 +28,9 @@ from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.objectives.schedule import sample_t
 from dlmlab.report import Table, claim
 from dlmlab.studies.reversal.presets import RealDataPreset
-from dlmlab.tasks.relations import TextFacts, encode_facts, load_person_description, train_relation_tokenizer
+from dlmlab.studies.reversal.synthetic import resolve_device
+from dlmlab.tasks.relations import (TextFacts, celebrity_facts, encode_facts, load_celebrity_pairs,
+                                    load_person_description, train_relation_tokenizer)
 from dlmlab.training import train
 
 N_TRAIN_PER_FACT, N_TEST_PER_FACT = 30, 10
@@ -59,15 +62,40 @@ def _ranking(blocks: list[list[tuple[str, str]]]) -> list[tuple[str, list[str], 
     return out
 
 
+def celebrity_items(n: int):
+    """The first ``n`` celebrity pairs whose child and parent are both unique among them: training
+    documents "C's mother is P", forward items (the same prompts, the true parent among the n parents)
+    and reverse items ("P's child is" -> the true child among the n children)."""
+    seen_c, seen_p, pairs = set(), set(), []
+    for p in load_celebrity_pairs():
+        if p.child not in seen_c and p.parent not in seen_p:
+            pairs.append(p)
+            seen_c.add(p.child)
+            seen_p.add(p.parent)
+        if len(pairs) == n:
+            break
+    if len(pairs) < n:
+        raise ValueError(f"only {len(pairs)} celebrity pairs with unique child and parent, asked for {n}")
+    fwd, rev = celebrity_facts(pairs)
+    f_items = [(fwd.prompts[i], list(fwd.completions), i) for i in range(n)]
+    r_items = [(rev.prompts[i], list(rev.completions), i) for i in range(n)]
+    return fwd, f_items, r_items
+
+
 def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask_id: int | None = None) -> RealTask:
     """Forward training documents and ranking items for the first ``cfg.n_facts`` people.
 
     Without ``tokenizer`` a BPE is trained on the training texts and pad / mask get the two ids after
     its vocabulary; with one (anything with ``encode(text) -> ids`` and ``vocab_size``), give both ids.
     """
-    train_f = load_person_description("p2d_prompts_train")
     n = cfg.n_facts
-    train_docs = TextFacts(train_f.prompts[: n * N_TRAIN_PER_FACT], train_f.completions[: n * N_TRAIN_PER_FACT])
+    if cfg.dataset == "celebrity":
+        train_docs, fwd, rev = celebrity_items(n)
+    else:
+        train_f = load_person_description("p2d_prompts_train")
+        train_docs = TextFacts(train_f.prompts[: n * N_TRAIN_PER_FACT], train_f.completions[: n * N_TRAIN_PER_FACT])
+        fwd = _ranking(_blocks(load_person_description("p2d_prompts_test"), N_TEST_PER_FACT, n))
+        rev = _ranking(_blocks(load_person_description("p2d_reverse_prompts_test"), N_TEST_PER_FACT, n))
     if tokenizer is None:
         tok = train_relation_tokenizer(train_docs.texts(), cfg.bpe_vocab)
         pad, mask = tok.vocab_size, tok.vocab_size + 1
@@ -77,8 +105,6 @@ def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask
         tok, pad, mask = tokenizer, pad_id, mask_id
     tokens, _ = encode_facts(tok, train_docs, cfg.seq_len, pad)
     tokens = tokens[:, : int((tokens != pad).sum(1).max())]  # train on the shortest padding that fits
-    fwd = _ranking(_blocks(load_person_description("p2d_prompts_test"), N_TEST_PER_FACT, n))
-    rev = _ranking(_blocks(load_person_description("p2d_reverse_prompts_test"), N_TEST_PER_FACT, n))
     return RealTask(tok, tokens, pad, mask, max(tok.vocab_size, pad + 1, mask + 1), fwd, rev)
 
 
@@ -100,7 +126,9 @@ def score_candidates(model, task: RealTask, kind: str, items, seq_len: int, chun
     toks, comp = torch.cat(rows), torch.cat(comp)
     scores = []
     model.eval()
+    dev = next(model.parameters()).device
     for x, c in zip(toks.split(chunk), comp.split(chunk)):
+        x, c = x.to(dev), c.to(dev)
         if kind == "arm":
             lp = model(x[:, :-1]).float().log_softmax(-1)
             tok_lp = lp.gather(-1, x[:, 1:, None]).squeeze(-1) * c[:, 1:]
@@ -108,7 +136,7 @@ def score_candidates(model, task: RealTask, kind: str, items, seq_len: int, chun
             noisy = torch.where(c, torch.full_like(x, task.mask_id), x)
             lp = log_probs_no_mask(model(noisy).float(), task.mask_id)
             tok_lp = lp.gather(-1, x[..., None]).squeeze(-1) * c
-        scores.append(tok_lp.sum(1))
+        scores.append(tok_lp.sum(1).cpu())
     return torch.cat(scores).view(shape).numpy()
 
 
@@ -132,10 +160,11 @@ def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed
         return {"tokens": x, "t": sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
 
     def loss_fn(m, batch):
-        x = batch["tokens"]
+        x = batch["tokens"].to(next(m.parameters()).device)
         if kind == "arm":
             return ar_loss_padded(m, x, task.pad_id)
-        return mdlm_loss(m, x, task.mask_id, t=batch["t"], noise=batch["noise"], maskable=x != task.pad_id)
+        return mdlm_loss(m, x, task.mask_id, t=batch["t"].to(x.device), noise=batch["noise"].to(x.device),
+                         maskable=x != task.pad_id)
 
     tcfg = dataclasses.replace(train_cfg, seed=seed, progress=progress)
     hist = train(model, tcfg, make_batch, loss_fn, out_dir=out_dir, desc=desc)
@@ -146,21 +175,22 @@ def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed
     return out
 
 
-def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, seed: int, progress: bool) -> dict:
+def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, seed: int, progress: bool,
+               device: str = "auto") -> dict:
     """A toolkit Transformer (MDM: bidirectional, ARM: causal) trained and ranked by :func:`fit_and_rank`."""
     mcfg = dataclasses.replace(cfg.model, vocab_size=task.vocab_size, positions=positions, max_seq_len=cfg.seq_len,
                                attn_mask="bidirectional" if kind == "mdm" else "causal")
     torch.manual_seed(seed)
-    model = Transformer(mcfg)
+    model = Transformer(mcfg).to(resolve_device(device))
     res = fit_and_rank(model, task, kind, cfg.train, cfg.seq_len, seed, progress, desc=f"real {kind}/{positions}")
     return {"kind": kind, "positions": positions, "seed": seed, **res}
 
 
-def run_real(cfg: RealDataPreset, seed: int, progress: bool = True) -> dict:
+def run_real(cfg: RealDataPreset, seed: int, progress: bool = True, device: str = "auto") -> dict:
     """Train MDM and ARM forward-only on the person->description facts for each PE; rank completions."""
     cfg.validate()
     task = prepare(cfg)
-    runs = [train_real(cfg, task, kind, pe, seed, progress) for pe in cfg.positions for kind in ("mdm", "arm")]
+    runs = [train_real(cfg, task, kind, pe, seed, progress, device) for pe in cfg.positions for kind in ("mdm", "arm")]
     return {"runs": runs, "chance": 1.0 / cfg.n_facts, "n_facts": cfg.n_facts,
             "n_train_docs": int(task.train.shape[0]), "tokenizer_vocab": task.tokenizer.vocab_size}
 

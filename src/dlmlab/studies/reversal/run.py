@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from dlmlab.report import StudyResult, Table, claim, write_study
 from dlmlab.studies.reversal import figures
@@ -21,6 +22,7 @@ ARM_FWD_MIN = 0.9  # ARM forward accuracy counted as "high"
 ARM_REV_MAX = 0.05  # ARM reverse accuracy counted as "near 0"
 MDM_RISE = 5.0  # MDM final reverse probability / initial reverse probability
 PE_TOL = 0.01  # tolerance of the PE ordering on the reverse-probability AUC
+LABELS = {"mdm": "MDM", "mdm_mdlm": "MDM (MDLM)", "arm": "ARM"}
 
 
 def _ms(vals) -> tuple[float, float]:
@@ -54,6 +56,7 @@ def summarize(runs: list[dict], kinds, positions) -> dict:
             s = {k: _ms([r["final"][k] for r in g]) for k in g[0]["final"]}
             s["initial_rev_p"] = _ms([r["initial_rev_p"] for r in g])
             s["rev_auc"] = _ms([auc(r) for r in g])
+            s["param_cos_auc"] = _ms([auc(r, "param_cos") for r in g])
             s["min_grad_cos_over_training"] = float(min(
                 np.mean([r["history"][i]["grad_cos"] for r in g]) for i in range(len(g[0]["history"]))))
             for k in ("fwd_evidence_alpha", "rev_evidence_alpha", "fwd_evidence_routed", "rev_evidence_routed",
@@ -85,39 +88,52 @@ def make_claims(summary: dict, positions: list[str], kinds: list[str]) -> list:
         final = {pe: get("mdm", pe, "rev_p") for pe in positions}
         acc = {pe: get("mdm", pe, "rev_acc") for pe in positions}
         holds = all(final[pe] >= MDM_RISE * init[pe] for pe in positions)
+        extra = {}
+        if "mdm_mdlm" in kinds:
+            extra = _flat(mdlm_initial_reverse_p={pe: get("mdm_mdlm", pe, "initial_rev_p") for pe in positions},
+                          mdlm_final_reverse_p={pe: get("mdm_mdlm", pe, "rev_p") for pe in positions})
         claims.append(claim("mdm_transfers_reverse",
                             f"Under forward-only training ('[M] is B' -> A) the MDM's probability of A on the never-seen "
                             f"reverse query 'B is [M]' rises at least {MDM_RISE:g}x above its value at initialisation, "
                             "for every positional encoding (mean over seeds).",
-                            holds, **_flat(initial_reverse_p=init, final_reverse_p=final, final_reverse_acc=acc)))
+                            holds, **_flat(initial_reverse_p=init, final_reverse_p=final, final_reverse_acc=acc), **extra))
 
         order = [pe for pe in ("alibi", "rope", "learned") if pe in positions]
         aucs = {pe: get("mdm", pe, "rev_auc") for pe in order}
         if len(order) >= 2:
             holds = all(aucs[a] >= aucs[b] - PE_TOL for a, b in zip(order, order[1:]))
             strict = all(aucs[a] >= aucs[b] for a, b in zip(order, order[1:]))
+            extra = {}
+            if "mdm_mdlm" in kinds:
+                extra = _flat(mdlm_reverse_p_auc={pe: get("mdm_mdlm", pe, "rev_auc") for pe in order},
+                              mdlm_final_reverse_acc={pe: get("mdm_mdlm", pe, "rev_acc") for pe in order})
             claims.append(claim("pe_ordering",
                                 f"Reverse transfer of the MDM orders ALiBi >= RoPE >= learned absolute positions, measured "
                                 f"by the reverse probability averaged over training (AUC; ties within {PE_TOL}).",
                                 holds, strict_order=strict,
-                                **_flat(reverse_p_auc=aucs, final_reverse_acc={pe: get("mdm", pe, "rev_acc") for pe in order})))
+                                **_flat(reverse_p_auc=aucs, final_reverse_acc={pe: get("mdm", pe, "rev_acc") for pe in order}),
+                                **extra))
         else:
             claims.append(claim("pe_ordering", "needs at least two positional encodings", None))
 
         corr = {pe: get("mdm", pe, "corr_train_distance") for pe in positions}
+        extra = _flat(mdlm_correlation={pe: get("mdm_mdlm", pe, "corr_train_distance") for pe in positions}) \
+            if "mdm_mdlm" in kinds else {}
         claims.append(claim("attention_correlation_positive",
                             "In the trained MDM the pre-softmax attention scores [M]->B of the forward and the reverse "
                             "query are positively correlated across facts at the training distance, for every positional "
                             "encoding (mean over seeds).",
-                            all(np.isfinite(c) and c > 0 for c in corr.values()), **_flat(correlation=corr)))
+                            all(np.isfinite(c) and c > 0 for c in corr.values()), **_flat(correlation=corr), **extra))
 
         mins = {pe: summary[f"mdm/{pe}"]["min_grad_cos_over_training"] for pe in positions}
         arm = {pe: summary[f"arm/{pe}"]["min_grad_cos_over_training"] for pe in positions} if "arm" in kinds else {}
+        mdlm = {pe: summary[f"mdm_mdlm/{pe}"]["min_grad_cos_over_training"] for pe in positions} \
+            if "mdm_mdlm" in kinds else {}
         claims.append(claim("gradient_alignment_positive",
                             "For the MDM the forward-loss and reverse-loss gradients on the storage column Y[:, B] have "
                             "positive cosine at every logged training step, for every positional encoding (mean over "
                             "seeds and facts).",
-                            all(v > 0 for v in mins.values()), **_flat(mdm_min_cosine=mins, arm_min_cosine=arm)))
+                            all(v > 0 for v in mins.values()), **_flat(mdm_min_cosine=mins, mdlm_min_cosine=mdlm, arm_min_cosine=arm)))
     return claims
 
 
@@ -128,7 +144,7 @@ def tables(summary: dict, kinds, positions, chance: float) -> list[Table]:
             s = summary.get(f"{kind}/{pe}")
             if s is None:
                 continue
-            rows.append([kind.upper(), pe, f"{s['fwd_acc'][0]:.3f} ± {s['fwd_acc'][1]:.3f}",
+            rows.append([LABELS[kind], pe, f"{s['fwd_acc'][0]:.3f} ± {s['fwd_acc'][1]:.3f}",
                          f"{s['rev_acc'][0]:.3f} ± {s['rev_acc'][1]:.3f}",
                          f"{s['rev_p'][0]:.3f} ± {s['rev_p'][1]:.3f}", f"{s['rev_auc'][0]:.3f} ± {s['rev_auc'][1]:.3f}",
                          s["n_seeds"]])
@@ -143,15 +159,17 @@ def tables(summary: dict, kinds, positions, chance: float) -> list[Table]:
             if s is None:
                 continue
             f = lambda k: f"{s[k][0]:.3f}" if k in s else "n/a"  # noqa: E731
-            rows.append([kind.upper(), pe, f("fwd_evidence_alpha"), f("rev_evidence_alpha"), f("fwd_evidence_routed"),
+            rows.append([LABELS[kind], pe, f("fwd_evidence_alpha"), f("rev_evidence_alpha"), f("fwd_evidence_routed"),
                          f("rev_evidence_routed"), f("storage_margin"), f("corr_train_distance"),
-                         f"{s['min_grad_cos_over_training']:.3f}"])
+                         f"{s['min_grad_cos_over_training']:.3f}", f"{s['param_cos_auc'][0]:.3f}"])
     t2 = Table("Storage-routing diagnostics at the end of training (mean over seeds)",
                ["model", "positions", "alpha fwd", "alpha rev", "routed logit fwd", "routed logit rev",
-                "storage margin", "score corr (train dist)", "min grad cos"], rows,
+                "storage margin", "score corr (train dist)", "min storage grad cos", "mean param grad cos"], rows,
                note="alpha: attention from the query to the evidence token (summed over heads); routed logit: "
                     "sum_h alpha_h * S_h[target, evidence]; storage margin: Y[A_k, B_k] - mean_a Y[a, B_k] of the "
-                    "position-invariant OV storage (the evidence the reverse query needs).")
+                    "position-invariant OV storage (the evidence the reverse query needs); storage grad cos: minimum "
+                    "over training of the storage-column gradient cosine; param grad cos: full-parameter gradient "
+                    "cosine of the forward and reverse losses averaged over training.")
     return [t1, t2]
 
 
@@ -172,24 +190,24 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
     torch.set_num_threads(1 if cfg.model.d_model <= 128 else threads)
     try:
         runs = []
-        for seed in cfg.seeds:
-            for kind in cfg.kinds:
-                for pe in cfg.positions:
-                    runs.append(run_one(cfg, kind, pe, seed, progress))
+        grid = [(seed, kind, pe) for seed in cfg.seeds for kind in cfg.kinds for pe in cfg.positions]
+        for seed, kind, pe in tqdm(grid, desc="reversal runs", disable=not progress, dynamic_ncols=True):
+            runs.append(run_one(cfg, kind, pe, seed, progress))
         summary = summarize(runs, cfg.kinds, cfg.positions)
         chance = runs[0]["chance"]
         claims = make_claims(summary, list(cfg.positions), list(cfg.kinds))
         tabs = tables(summary, cfg.kinds, cfg.positions, chance)
         figs = [figures.reverse_probability_figure(runs, cfg.kinds, cfg.positions, chance, out),
                 figures.gradient_cosine_figure(runs, cfg.kinds, cfg.positions, out)]
-        if "mdm" in cfg.kinds:
-            figs.insert(0, figures.attention_correlation_figure(runs, cfg.positions, cfg.task.gap + 1, out))
+        mdm_kinds = [k for k in cfg.kinds if k.startswith("mdm")]
+        if mdm_kinds:
+            figs.insert(0, figures.attention_correlation_figure(runs, mdm_kinds, cfg.positions, cfg.task.gap + 1, out))
         results = {"summary": summary, "runs": runs, "chance": chance}
         if cfg.real.enabled:
             from dlmlab.studies.reversal.real import real_claim, real_table, run_real
 
-            torch.set_num_threads(threads)
-            real = run_real(cfg.real, cfg.seeds[0], progress)
+            torch.set_num_threads(1 if cfg.real.model.d_model <= 128 else threads)
+            real = run_real(cfg.real, cfg.seeds[0], progress, cfg.device)
             results["real"] = real
             tabs.append(real_table(real))
             claims.append(real_claim(real))
@@ -200,9 +218,11 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
         f"{cfg.model.n_layers}-layer transformer (d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "
         f"d_mlp={cfg.model.d_mlp}, norm={cfg.model.norm}), MDM bidirectional with absorbing mask, ARM causal, "
         f"identical otherwise. Task: {cfg.task.n_pairs} synthetic facts 'A is B' (disjoint entity sets, "
-        f"{cfg.task.gap} relation token). Forward-only training: MDM on '[M] is B' -> A "
-        f"({cfg.mdm_objective}), ARM next-token on 'A is B'; {cfg.train.steps} AdamW steps, batch "
-        f"{cfg.train.batch_size}, lr {cfg.train.lr}. Reverse queries are evaluated only."
+        f"{cfg.task.gap} relation token). Forward-only training: MDM on '[M] is B' -> A only (given mask); "
+        f"MDM_MDLM with random MDLM masks of 'A is B' (any-order objective); ARM next-token on 'A is B'; "
+        f"{cfg.train.steps} AdamW steps, batch {cfg.train.batch_size}, lr {cfg.train.lr}. Reverse queries are "
+        f"evaluated only. Claims are computed on the given-mask MDM (the study's forward-only setting); the "
+        f"MDLM-trained MDM is reported beside it (evidence keys with 'mdlm')."
     )
     res = StudyResult(study="reversal", preset=name, config=dataclasses.asdict(cfg), results=results, tables=tabs,
                       figures=figs, claims=claims, wall_time_s=time.time() - t0, setup=setup)

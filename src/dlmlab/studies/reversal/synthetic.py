@@ -10,7 +10,7 @@ import math
 import torch
 
 from dlmlab.analysis.attention_correlation import score_correlation
-from dlmlab.analysis.gradient_alignment import storage_gradient_cosine
+from dlmlab.analysis.gradient_alignment import parameter_gradient_cosine, storage_gradient_cosine
 from dlmlab.analysis.reversal import query_eval
 from dlmlab.analysis.storage_routing import storage_matrix, storage_margin, storage_routing
 from dlmlab.models import Transformer
@@ -25,35 +25,48 @@ def build_model(preset: ReversalPreset, task: SyntheticRelations, kind: str, pos
     """The study's model: identical for MDM and ARM except the attention mask."""
     cfg = dataclasses.replace(
         preset.model, vocab_size=task.vocab_size, positions=positions,
-        attn_mask="bidirectional" if kind == "mdm" else "causal",
+        attn_mask="bidirectional" if kind.startswith("mdm") else "causal",
         max_seq_len=max(task.seq_len, preset.max_distance + 1),
     )
     torch.manual_seed(seed)
     return Transformer(cfg)
 
 
-def queries(task: SyntheticRelations, kind: str):
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _dev(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def queries(task: SyntheticRelations, kind: str, device=None):
     """(forward, reverse) queries of a model kind: MDM "[M] is B"/"B is [M]", ARM "A is"/"B is"."""
-    if kind == "mdm":
-        return task.mdm_forward(), task.mdm_reverse()
-    return task.arm_forward(), task.arm_reverse()
+    if kind.startswith("mdm"):
+        f, r = task.mdm_forward(), task.mdm_reverse()
+    else:
+        f, r = task.arm_forward(), task.arm_reverse()
+    return (f, r) if device is None else (f.to(device), r.to(device))
 
 
-def make_objective(task: SyntheticRelations, kind: str, batch_size: int, mdm_objective: str):
-    """(make_batch, loss_fn) for forward-only training on the facts "A is B"."""
+def make_objective(task: SyntheticRelations, kind: str, batch_size: int):
+    """(make_batch, loss_fn) for forward-only training on the facts "A is B" (see ``ReversalPreset.kinds``)."""
+    mdm_objective = "mdlm" if kind == "mdm_mdlm" else "given_mask"
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         docs = task.facts(task.sample(batch_size, gen))
-        if kind == "mdm" and mdm_objective == "mdlm":
+        if mdm_objective == "mdlm":
             return {"tokens": docs, "t": sample_t(batch_size, gen), "noise": torch.rand(docs.shape, generator=gen)}
         return {"tokens": docs}
 
     def loss_fn(model, batch):
-        x = batch["tokens"]
+        x = batch["tokens"].to(_dev(model))
         if kind == "arm":
             return ar_loss(model, x)
         if mdm_objective == "mdlm":
-            return mdlm_loss(model, x, task.mask_id, t=batch["t"], noise=batch["noise"])
+            return mdlm_loss(model, x, task.mask_id, t=batch["t"].to(x.device), noise=batch["noise"].to(x.device))
         masked = torch.zeros_like(x, dtype=torch.bool)
         masked[:, 0] = True  # "[M] is B" -> A
         return given_mask_loss(model, x, masked, task.mask_id)
@@ -62,8 +75,9 @@ def make_objective(task: SyntheticRelations, kind: str, batch_size: int, mdm_obj
 
 
 def track(model: Transformer, task: SyntheticRelations, kind: str) -> dict:
-    """Metrics logged over training: forward/reverse acc & p(correct), storage gradient cosine, evidence alpha."""
-    fwd, rev = queries(task, kind)
+    """Metrics logged over training: forward/reverse acc & p(correct), storage-column gradient cosine,
+    full-parameter gradient cosine, evidence alpha."""
+    fwd, rev = queries(task, kind, _dev(model))
     ex = (task.mask_id,)
     f, r = query_eval(model, fwd, ex), query_eval(model, rev, ex)
     cos = storage_gradient_cosine(model, fwd, rev, exclude=ex)
@@ -71,6 +85,7 @@ def track(model: Transformer, task: SyntheticRelations, kind: str) -> dict:
     return {
         "fwd_acc": f["acc"], "fwd_p": f["p_correct"], "rev_acc": r["acc"], "rev_p": r["p_correct"],
         "grad_cos": float(cos.mean()),
+        "param_cos": parameter_gradient_cosine(model, fwd, rev, exclude=ex),
         "fwd_alpha": float(srf.evidence_alpha.sum(1).mean()), "rev_alpha": float(srr.evidence_alpha.sum(1).mean()),
     }
 
@@ -79,7 +94,8 @@ def correlation_by_distance(model: Transformer, task: SyntheticRelations, max_di
     """Pooled forward/reverse evidence-score correlation for MDM probes at distances 1..max_distance."""
     out = {}
     for d in range(1, max_distance + 1):
-        c = score_correlation(model, task.mdm_forward(distance=d), task.mdm_reverse(distance=d))
+        dev = _dev(model)
+        c = score_correlation(model, task.mdm_forward(distance=d).to(dev), task.mdm_reverse(distance=d).to(dev))
         out[d] = c.pooled
     return out
 
@@ -88,20 +104,21 @@ def final_diagnostics(model: Transformer, task: SyntheticRelations, kind: str, m
     """Storage-routing split of the logit margin of the target (vs. the other entities of its type) in the
     forward and the reverse query, storage margin,
     and (MDM) attention-score correlation by distance."""
-    fwd, rev = queries(task, kind)
+    dev = _dev(model)
+    fwd, rev = queries(task, kind, dev)
     ex = (task.mask_id,)
     out = {}
     for name, q in (("fwd", fwd), ("rev", rev)):
         contrast = task.b_ids if (kind == "arm" and name == "fwd") else task.a_ids  # the target's entity type
-        sr = storage_routing(model, q, exclude=ex, contrast=contrast)
+        sr = storage_routing(model, q, exclude=ex, contrast=contrast.to(dev))
         out[f"{name}_logit"] = float(sr.logit.mean())
         out[f"{name}_evidence_alpha"] = float(sr.evidence_alpha.sum(1).mean())
         out[f"{name}_evidence_routed"] = float((sr.evidence_alpha * sr.evidence_storage).sum(1).mean())
         out[f"{name}_evidence_storage"] = float(sr.evidence_storage.sum(1).mean())
     # position-invariant storage Y[A, B] of the reverse evidence: does B single out its A?
     Y = storage_matrix(model, task.b_ids, task.a_ids)  # [H, N_A, N_B]
-    out["storage_margin"] = float(storage_margin(Y, torch.arange(task.cfg.n_pairs)).mean())
-    if kind == "mdm":
+    out["storage_margin"] = float(storage_margin(Y, torch.arange(task.cfg.n_pairs, device=Y.device)).mean())
+    if kind.startswith("mdm"):
         out["corr_by_distance"] = correlation_by_distance(model, task, max_distance)
         out["corr_train_distance"] = out["corr_by_distance"][task.cfg.gap + 1]
     return out
@@ -110,9 +127,9 @@ def final_diagnostics(model: Transformer, task: SyntheticRelations, kind: str, m
 def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progress: bool = True) -> dict:
     """Train one model forward-only; returns {kind, positions, seed, history[...], final{...}, diagnostics{...}}."""
     task = SyntheticRelations(preset.task, seed)
-    model = build_model(preset, task, kind, positions, seed)
+    model = build_model(preset, task, kind, positions, seed).to(resolve_device(preset.device))
     tcfg = dataclasses.replace(preset.train, seed=seed, eval_every=preset.train.log_every, progress=progress)
-    make_batch, loss_fn = make_objective(task, kind, tcfg.batch_size, preset.mdm_objective)
+    make_batch, loss_fn = make_objective(task, kind, tcfg.batch_size)
     model.eval()
     history = [{"step": 0, **track(model, task, kind)}]
     rows = train(model, tcfg, make_batch, loss_fn, eval_fn=lambda m, step: track(m, task, kind),

@@ -1,0 +1,74 @@
+"""PreDiff study: smoke preset end to end, claim logic on synthetic numbers, preset validation."""
+
+import json
+
+import pytest
+
+from dlmlab.config import ConfigError
+from dlmlab.studies.prediff import PRESETS, run
+from dlmlab.studies.prediff.claims import compute_claims
+from dlmlab.studies.prediff.presets import PreDiffPreset
+
+CLAIMS = {"hybrid_beats_uniform_bidirectional", "attention_and_objective_compose",
+          "ar_init_reaches_threshold_faster_than_scratch", "ar_control_still_better", "few_step_sampling_faster_than_ar"}
+
+
+def test_smoke_end_to_end(tmp_path):
+    res = run("smoke", tmp_path, progress=False)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["study"] == "prediff" and data["preset"] == "smoke"
+    assert {c["id"] for c in data["claims"]} == CLAIMS
+    for c in data["claims"]:
+        assert c["holds"] in (True, False, None)
+    r = data["results"]
+    assert set(r["methods"]) == set(PRESETS["smoke"].methods)
+    bb = r["backbone"]
+    assert bb["source"] == "pretrained here" and bb["hf_roundtrip_max_logit_diff"] < 1e-4
+    assert (tmp_path / "backbone" / "config.json").exists() and (tmp_path / "backbone" / "tokenizer.json").exists()
+    for m in r["methods"].values():
+        assert m["val_ppl"] > 1 and m["curve"][0]["step"] == 0
+    assert {"prediff@8", "prediff@32", "ar_control"} <= set(r["samples"]) and r["speed"]["prediff@8"]["prompt_kv_reused"]
+    for f in data["figures"]:
+        assert (tmp_path / f["path"]).exists()
+    rows = [json.loads(ln) for ln in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert rows and all(set(x) == {"prompt", "method", "sample"} for x in rows)
+    by_prompt = {}
+    for x in rows:
+        by_prompt.setdefault(x["prompt"], set()).add(x["method"])
+    assert all(len(v) >= 2 for v in by_prompt.values())
+    report = (tmp_path / "report.md").read_text()
+    assert "Main results" in report and "few_step_sampling_faster_than_ar" in report
+    assert res.wall_time_s < 90
+
+
+def _res(**ppl):
+    methods = {k: {"val_ppl": v, "bound": k != "ar_control"} for k, v in ppl.items()}
+    return {"methods": methods, "threshold": {"value": 50.0, "steps": {"prediff": 0, "scratch": 400}},
+            "speed": {"ar_control": {"tokens_per_s": 100.0}, "prediff@8": {"tokens_per_s": 120.0}}}
+
+
+def test_claims_follow_the_numbers():
+    c = {x.id: x for x in compute_claims(_res(prediff=20, uniform_bidir=25, diffugpt=22, attn_obj=18, scratch=50,
+                                              ar_control=15))}
+    assert c["hybrid_beats_uniform_bidirectional"].holds is True
+    assert c["attention_and_objective_compose"].holds is True
+    assert c["ar_init_reaches_threshold_faster_than_scratch"].holds is True
+    assert c["ar_control_still_better"].holds is True
+    assert c["few_step_sampling_faster_than_ar"].holds is True
+    assert c["few_step_sampling_faster_than_ar"].evidence["meets_target"] is False  # 1.2x < 1.5x
+    c = {x.id: x for x in compute_claims(_res(prediff=30, uniform_bidir=25, diffugpt=22, attn_obj=24, ar_control=40))}
+    assert c["hybrid_beats_uniform_bidirectional"].holds is False
+    assert c["attention_and_objective_compose"].holds is False
+    assert c["ar_control_still_better"].holds is False
+    c = {x.id: x for x in compute_claims({"methods": {}, "speed": {}})}
+    assert all(x.holds is None for x in c.values())
+
+
+def test_preset_validation():
+    with pytest.raises(ConfigError, match="unknown methods"):
+        PreDiffPreset(methods=["prediff", "nope"]).validate()
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        PreDiffPreset(gen_len=500).validate()
+    with pytest.raises(ConfigError, match="DLMLAB_GPT2_DIR"):
+        PRESETS["paper"].resolved(PRESETS["paper"].backbone_path) if not __import__("os").environ.get(
+            "DLMLAB_GPT2_DIR") else (_ for _ in ()).throw(ConfigError("DLMLAB_GPT2_DIR set"))
