@@ -38,7 +38,7 @@ def test_smoke_end_to_end(tmp_path):
     assert all(len(v) >= 2 for v in by_prompt.values())
     report = (tmp_path / "report.md").read_text()
     assert "Main results" in report and "few_step_sampling_faster_than_ar" in report
-    assert res.wall_time_s < 90
+    assert res.wall_time_s < 150  # measured ~60 s alone on 2 cores; slack for a shared machine
 
 
 def _res(**ppl):

@@ -27,12 +27,13 @@ def mean_pooled_features(model, sequences: Sequence[Sequence[int]], batch: int =
             if not s:
                 raise ValueError("cannot featurise an empty sequence")
         L = max(len(s) for s in chunk)
-        ids = torch.tensor([s + [0] * (L - len(s)) for s in chunk])
-        keep = torch.tensor([[1.0] * len(s) + [0.0] * (L - len(s)) for s in chunk])
+        device = next(model.parameters()).device
+        ids = torch.tensor([s + [0] * (L - len(s)) for s in chunk], device=device)
+        keep = torch.tensor([[1.0] * len(s) + [0.0] * (L - len(s)) for s in chunk], device=device)
         with model.cache(["final"]) as c:
             model(ids, attn_mask="causal")  # causal: padding on the right cannot leak into real positions
         h = c["final"].float()
-        feats.append(((h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)).numpy())
+        feats.append(((h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)).cpu().numpy())
     return np.concatenate(feats, 0)
 
 

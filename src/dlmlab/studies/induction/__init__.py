@@ -164,7 +164,7 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
         figs.probe_figure(out, models),
         figs.emergence_figure(out, models),
     ]
-    setup = (f"Matched attention-only transformers (d_model {p.d_model}, {p.n_heads} heads, learned positions, "
+    setup = (f"Matched attention-only transformers (d_model {p.d_model}, {p.n_heads} heads, {p.positions} positions, "
              f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM "
              f"loss (linear schedule), identical recipe: {p.steps} AdamW steps, batch {p.batch_size}, lr {p.lr} "
              f"(warmup {p.warmup_steps}, {p.schedule} schedule), seed {p.seed}. Training rows of length {p.seq_len}: with probability "

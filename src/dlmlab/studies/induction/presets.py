@@ -20,6 +20,7 @@ class InductionPreset:
     d_model: int = 64
     n_heads: int = 4
     seq_len: int = 64
+    positions: Literal["learned", "rope"] = "learned"
     n_random: int = 128
     min_half: int = 16  # training repeats: segment length uniform in [min_half, seq_len // 2], random start
     p_repeated: float = 0.75

@@ -36,7 +36,7 @@ def model_config(p: InductionPreset, vocab: RepeatedVocab, n_layers: int, object
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     return TransformerConfig(vocab_size=vocab.model_vocab, d_model=p.d_model, n_layers=n_layers, n_heads=p.n_heads,
                              d_mlp=0, attn_mask="causal" if objective == "ar" else "bidirectional",
-                             max_seq_len=p.seq_len, positions="learned")
+                             max_seq_len=p.seq_len, positions=p.positions)
 
 
 def train_config(p: InductionPreset, progress: bool) -> TrainConfig:

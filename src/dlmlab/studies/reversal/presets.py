@@ -77,7 +77,9 @@ def _cpu() -> ReversalPreset:
         model=TransformerConfig(d_model=128, n_layers=1, n_heads=4),
         train=TrainConfig(steps=600, batch_size=128, lr=1e-3, log_every=25, weight_decay=0.0, schedule="constant"),
         seeds=[0, 1, 2], max_distance=8,
-        real=RealDataPreset(enabled=True),
+        real=RealDataPreset(enabled=True, n_facts=10,
+                            model=TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_mlp=256),
+                            train=TrainConfig(steps=2000, batch_size=32, lr=3e-3, warmup_steps=50, log_every=50)),
     )
 
 

@@ -191,16 +191,20 @@ def run_real(cfg: RealDataPreset, seed: int, progress: bool = True, device: str 
     cfg.validate()
     task = prepare(cfg)
     runs = [train_real(cfg, task, kind, pe, seed, progress, device) for pe in cfg.positions for kind in ("mdm", "arm")]
-    return {"runs": runs, "chance": 1.0 / cfg.n_facts, "n_facts": cfg.n_facts,
+    return {"runs": runs, "chance": 1.0 / cfg.n_facts, "n_facts": cfg.n_facts, "dataset": cfg.dataset,
             "n_train_docs": int(task.train.shape[0]), "tokenizer_vocab": task.tokenizer.vocab_size}
 
 
 def real_table(real: dict) -> Table:
     rows = [[r["kind"].upper(), r["positions"], r["forward_acc"], r["reverse_acc"], r["final_loss"]] for r in real["runs"]]
-    return Table("Real data: person -> description facts (forward-only), ranking accuracy",
-                 ["model", "positions", "forward acc (held-out templates)", "reverse acc (description -> name)",
-                  "final train loss"], rows,
-                 note=f"{real['n_facts']} people, {real['n_train_docs']} training documents, local BPE of "
+    person = real.get("dataset", "person_description") == "person_description"
+    return Table(f"Real data: {'person -> description' if person else 'celebrity child -> parent'} facts "
+                 "(forward-only), ranking accuracy",
+                 ["model", "positions", "forward acc" + (" (held-out templates)" if person else ""),
+                  "reverse acc" + (" (description -> name)" if person else " (parent -> child)"), "final train loss"],
+                 rows,
+                 note=f"{real['n_facts']} {'people' if person else 'pairs'}, {real['n_train_docs']} training "
+                      f"documents, local BPE of "
                       f"{real['tokenizer_vocab']} tokens; chance = {real['chance']:.3f}. One seed.")
 
 
