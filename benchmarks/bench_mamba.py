@@ -86,6 +86,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--chunks", default="16", help="comma list of scan chunk sizes to time for ours")
     ap.add_argument("--hf-steps", type=int, default=1, help="steps of HF's sequential CPU path (0 skips)")
+    ap.add_argument("--others", default="mamba2,transformer,lstm,gru",
+                    help="other dlmlab architectures to time at the same shape, for context ('' skips)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -121,8 +123,12 @@ def main(argv=None) -> list[dict]:
         torch.manual_seed(0)
         hf, fwd = hf_model(*dims, use_mambapy=False)
         record("HF MambaModel (sequential CPU)", hf, fwd, args.hf_steps, 0)
+    for arch in [a for a in args.others.split(",") if a]:
+        torch.manual_seed(0)
+        m = build_model(arch, **shape)
+        record(f"dlmlab {arch} (context)", m, m, args.steps, args.warmup)
     mp_t = next(r["median_s"] for r in rows if r["impl"].startswith("mambapy"))
-    best = min((r for r in rows if r["impl"].startswith("dlmlab")), key=lambda r: r["median_s"])
+    best = min((r for r in rows if r["impl"].startswith("dlmlab mamba (")), key=lambda r: r["median_s"])
     print()
     print(f"| implementation | params | s/step (median) | vs mambapy |")
     print(f"|---|---|---|---|")

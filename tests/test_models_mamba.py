@@ -178,3 +178,12 @@ def test_bad_config_and_tokens():
     m = _tiny()
     with pytest.raises(ValueError, match="out of range"):
         m(torch.tensor([[0, 11]]))
+
+
+def test_inference_path_matches_training_path():
+    args = [t.detach() for t in _scan_inputs(30)]
+    with torch.no_grad():
+        y_inf = selective_scan(*args, chunk=8)
+    y_train = selective_scan(*[t.clone().requires_grad_() for t in args], chunk=8)
+    assert torch.allclose(y_inf, y_train.detach(), atol=1e-13)
+    assert torch.allclose(y_inf, selective_scan_ref(*args), atol=1e-12)

@@ -80,31 +80,36 @@ def selective_scan_ref(u, dt, A, B, C, return_states: bool = False):
     return y
 
 
-def _forward_states(u, dt, A, B, chunk):
-    """States h [B,T,Di,N] (no graph)."""
+def _scan_forward(u, dt, A, B, C, chunk: int, keep_states: bool):
+    """(y [B,T,Di], states h [B,T,Di,N] or None), no graph.
+
+    Without ``keep_states`` only one chunk of states is alive at a time, so
+    inference on long / large batches needs O(B*chunk*Di*N) extra memory.
+    """
     Bsz, T, Di = u.shape
     N = A.shape[1]
-    H = torch.empty(Bsz, T, Di, N, dtype=u.dtype, device=u.device)
+    H = torch.empty(Bsz, T, Di, N, dtype=u.dtype, device=u.device) if keep_states else None
+    y = torch.empty_like(u)
     dtu = dt * u
     prev = None
     for s in range(0, T, chunk):
         e = min(s + chunk, T)
         dA = torch.exp(dt[:, s:e, :, None] * A)  # [B,L,Di,N]
-        Hc = H[:, s:e]
+        Hc = H[:, s:e] if keep_states else torch.empty_like(dA)
         torch.mul(dtu[:, s:e, :, None], B[:, s:e, None, :], out=Hc)  # dt u B
         with _loop_threads():
             for i in range(e - s):
                 if prev is not None:
                     Hc[:, i].addcmul_(dA[:, i], prev)
                 prev = Hc[:, i]
-    return H
+        torch.matmul(Hc, C[:, s:e, :, None], out=y[:, s:e, :, None])
+    return y, H
 
 
 class _SelectiveScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, dt, A, B, C, chunk: int):
-        H = _forward_states(u, dt, A, B, chunk)
-        y = (H @ C.unsqueeze(-1)).squeeze(-1)
+        y, H = _scan_forward(u, dt, A, B, C, chunk, keep_states=True)
         ctx.save_for_backward(u, dt, A, B, C, H)
         ctx.chunk = chunk
         return y
@@ -157,4 +162,7 @@ def selective_scan(u, dt, A, B, C, chunk: int = 16):
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if u.shape[1] == 0:
         return u.new_zeros(u.shape)
-    return _SelectiveScan.apply(u.contiguous(), dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(), chunk)
+    args = [t.contiguous() for t in (u, dt, A, B, C)]
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in args)):
+        return _scan_forward(*args, chunk, keep_states=False)[0]  # inference: one chunk of states alive
+    return _SelectiveScan.apply(*args, chunk)
