@@ -144,13 +144,21 @@ def test_use_conv_false_runs_and_is_causal():
     assert m.blocks[0].mixer.in_proj.weight.grad is not None
 
 
-def test_conv_makes_a_difference():
+def test_use_conv_false_equals_identity_conv():
+    """Removing Conv1D == a conv whose only tap is the current position (weight 1, bias 0)."""
     torch.manual_seed(0)
-    with_conv = _tiny()
-    torch.manual_seed(0)
-    no_conv = _tiny(use_conv=False)
-    tokens = torch.randint(0, 11, (2, 6))
+    with_conv = _tiny().double()
+    no_conv = _tiny(use_conv=False).double()
+    state = {k: v for k, v in with_conv.state_dict().items() if "conv1d" not in k}
+    no_conv.load_state_dict(state)
+    tokens = torch.randint(0, 11, (2, 9))
     assert not torch.allclose(with_conv(tokens), no_conv(tokens))
+    with torch.no_grad():
+        for b in with_conv.blocks:
+            b.mixer.conv1d.weight.zero_()
+            b.mixer.conv1d.weight[..., -1] = 1.0  # last tap multiplies x_t (causal padding on the left)
+            b.mixer.conv1d.bias.zero_()
+    torch.testing.assert_close(with_conv(tokens), no_conv(tokens), atol=1e-12, rtol=1e-10)
 
 
 def test_hook_points_and_state_readout():

@@ -137,3 +137,17 @@ def test_bad_config():
         build_model("mamba2", vocab_size=5, d_inner=100, headdim=32)
     with pytest.raises(ConfigError, match="d_state"):
         Mamba2(Mamba2Config(vocab_size=5, d_state=-1))
+
+
+def test_use_conv_false_equals_identity_conv():
+    torch.manual_seed(0)
+    with_conv, no_conv = _tiny().double(), _tiny(use_conv=False).double()
+    no_conv.load_state_dict({k: v for k, v in with_conv.state_dict().items() if "conv1d" not in k})
+    tokens = torch.randint(0, 11, (2, 9))
+    assert not torch.allclose(with_conv(tokens), no_conv(tokens))
+    with torch.no_grad():
+        for b in with_conv.blocks:
+            b.mixer.conv1d.weight.zero_()
+            b.mixer.conv1d.weight[..., -1] = 1.0
+            b.mixer.conv1d.bias.zero_()
+    torch.testing.assert_close(with_conv(tokens), no_conv(tokens), atol=1e-12, rtol=1e-10)

@@ -19,7 +19,7 @@ chosen so its total parameter count is the closest to the reference's for the sa
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

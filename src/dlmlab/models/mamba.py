@@ -12,9 +12,10 @@ Block i (pre-norm residual)::
 Hook points: ``embed`` [B,T,D]; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
 ``blocks.{i}.mixer.conv_out`` [B,T,Di] (u, the SSM input after conv + silu);
 ``blocks.{i}.mixer.dt`` [B,T,Di]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl.
-the D skip, before the gate); 
+the D skip, before the gate);
 ``blocks.{i}.mixer_out`` [B,T,D]; ``final`` [B,T,D] (after the final RMSNorm);
-``logits`` [B,T,n_out].  Weight names follow HF with ``layers`` -> ``blocks``,
+``logits`` [B,T,n_out].  SSM states: :func:`ssm_states` (not a hook point: a hook
+inside the scan could not change the output).  Weight names follow HF with ``layers`` -> ``blocks``,
 ``embeddings`` -> ``tok_emb``, ``norm_f`` -> ``ln_final`` (see hf_mamba.py).
 """
 
@@ -169,9 +170,13 @@ class Mamba(HookedModule):
         self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
         self.setup_hooks()
 
+    def check_tokens(self, tokens: torch.Tensor) -> None:
+        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
+        check_tokens(tokens, self.cfg.vocab_size)
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B,T] (long) -> logits [B,T,n_out]."""
-        check_tokens(tokens, self.cfg.vocab_size)
+        self.check_tokens(tokens)
         x = self.embed(self.tok_emb(tokens))
         for block in self.blocks:
             x = block(x)

@@ -13,9 +13,9 @@ Block i (pre-norm residual)::
 Hook points: ``embed``; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
 ``blocks.{i}.mixer.conv_out`` [B,T,Di+2N] (x, B, C after conv + silu);
 ``blocks.{i}.mixer.dt`` [B,T,H]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl. D
-skip, before the gated norm); 
+skip, before the gated norm);
 ``blocks.{i}.mixer_out`` [B,T,D]; ``final`` [B,T,D] (after the final RMSNorm);
-``logits``.
+``logits``.  SSM states: :func:`ssm_states` (not a hook point).
 """
 
 from __future__ import annotations
@@ -192,9 +192,13 @@ class Mamba2(HookedModule):
         self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
         self.setup_hooks()
 
+    def check_tokens(self, tokens: torch.Tensor) -> None:
+        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
+        check_tokens(tokens, self.cfg.vocab_size)
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B,T] (long) -> logits [B,T,n_out]."""
-        check_tokens(tokens, self.cfg.vocab_size)
+        self.check_tokens(tokens)
         x = self.embed(self.tok_emb(tokens))
         for block in self.blocks:
             x = block(x)

@@ -23,6 +23,7 @@ from torch import nn
 
 from dlmlab.config import require
 from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.models.checks import check_tokens
 from dlmlab.models.norm import make_norm
 
 Cell = Literal["lstm", "gru"]
@@ -106,8 +107,7 @@ class RecurrentModel(HookedModule):
         self.setup_hooks()
 
     def check_tokens(self, tokens: torch.Tensor) -> None:
-        from dlmlab.models.checks import check_tokens
-
+        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
         check_tokens(tokens, self.cfg.vocab_size)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,8 @@ Two implementations with identical results:
   are contracted with ``C`` by a batched matmul.  The backward pass is written
   by hand (a reverse scan of the adjoint state with the same chunking) instead
   of recording ~3T autograd nodes; ``exp(dt A)`` is recomputed per chunk
-  rather than stored, so only the states h [B,T,Di,N] are kept.  On CPU this
+  rather than stored, so only the states h [B,T,Di,N] are kept (none beyond
+  one chunk under ``no_grad``).  On CPU this
   is faster than a log2(T)-step parallel (Blelloch) scan, which streams the
   full [B,T,Di,N] tensors through memory ~2 log2(T) times (see
   benchmarks/bench_mamba.py).
