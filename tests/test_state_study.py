@@ -49,6 +49,7 @@ def test_smoke_outputs(smoke):
     for c in cells:
         assert c["params"] > 0
         assert set(map(int, c["acc_by_len"])) == set(p.eval_lens)
+        assert c["learned"] == (c["acc_by_len"][str(p.train_len)] >= p.learned_acc)
         if c["arch"] != "mamba-noconv":
             assert len(c["probes"]) == p.n_layers + 1
             assert 0 <= c["best_layer"] <= p.n_layers
@@ -68,7 +69,7 @@ def test_claims_computed_from_cells(smoke):
     again = {c.id: c.holds for c in all_claims(cells)}
     assert again == {c.id: c.holds for c in res.claims}
     # a fabricated cell set flips a claim: the claims really read the measurements
-    fake = {k: dict(v) for k, v in cells.items()}
+    fake = {k: dict(v, learned=True) for k, v in cells.items()}
     for (a, t), c in fake.items():
         if a in ("lstm", "gru") and t == "parity":
             c["best_layer"] = 0
@@ -77,6 +78,17 @@ def test_claims_computed_from_cells(smoke):
         if "probes" in c:
             c["best_layer"] = c["n_layers"] if a != "transformer" else 0
     assert {c.id: c for c in all_claims(fake)}["prefix_tasks_late_in_recurrent"].holds is True
+    # cells that did not learn the task are not counted: with none learned, profile claims fail with a reason
+    for (a, t), c in fake.items():
+        if a in ("lstm", "gru") and t == "parity":
+            c["learned"] = False
+    late = {c.id: c for c in all_claims(fake)}["prefix_tasks_late_in_recurrent"]
+    assert "lstm/parity" in late.evidence["not_learned"] and late.evidence["n_cells"] == late.evidence["n_late"]
+    for c in fake.values():
+        c["learned"] = False
+    for cl in all_claims(fake):
+        if cl.id != "conv1d_matters_for_prefix_not_dyck":
+            assert cl.holds is False and cl.evidence["not_learned"] and "reason" in cl.evidence, cl.id
 
 
 def test_bad_presets():

@@ -43,7 +43,8 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     backbone, tokenizer, stream, info = prepare(p, out, progress)
     eval_x = TokenStream.chunks(stream.val, p.seq_len, limit=p.eval_windows).to(p.device)
     prompts, refs = prompts_and_references(stream, p)
-    res: dict = {"backbone": info, "methods": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x)}
+    res: dict = {"backbone": info["backbone"], "data": {k: v for k, v in info.items() if k != "backbone"},
+                 "methods": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x)}
     models = {}
     for name in p.methods:
         m = METHODS[name]

@@ -64,9 +64,11 @@ def tagging_loss(model, batch):
     return loss, {"loss": float(loss), "acc": float(acc)}
 
 
-def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps: int | None = None) -> list[dict]:
-    steps = steps or p.steps_for(task.name)
-    cfg = TrainConfig(steps=steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=min(p.warmup_steps, steps),
+def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps: int | None = None,
+                  arch: str | None = None) -> list[dict]:
+    """Train on ``task`` at ``p.train_len``; steps / lr from the preset for ``arch`` unless ``steps`` is given."""
+    steps = steps or p.steps_for(task.name, arch)
+    cfg = TrainConfig(steps=steps, batch_size=p.batch_size, lr=p.lr_for(arch), warmup_steps=min(p.warmup_steps, steps),
                       seed=p.seed, log_every=max(1, steps // 10), progress=progress)
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
@@ -109,12 +111,14 @@ def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool 
     from dlmlab.models.factory import count_params
 
     t0 = time.perf_counter()
-    hist = train_on_task(model, task, p, progress, desc=f"{variant}/{task.name}")
+    hist = train_on_task(model, task, p, progress, desc=f"{variant}/{task.name}", arch=variant)
     cell: dict = {"arch": variant, "task": task.name, "params": count_params(model),
-                  "train_time_s": time.perf_counter() - t0, "steps": p.steps_for(task.name),
+                  "train_time_s": time.perf_counter() - t0, "steps": p.steps_for(task.name, variant),
+                  "lr": p.lr_for(variant),
                   "final_train_loss": hist[-1]["loss"] if hist else None,
                   "final_train_acc": hist[-1].get("acc") if hist else None}
     cell["acc_by_len"] = {L: tagging_accuracy(model, x, y) for L, (x, y) in data.by_len.items()}
+    cell["learned"] = bool(cell["acc_by_len"][p.train_len] >= p.learned_acc)
     if analyse:
         cell.update(analyse_model(model, data, p))
     return cell

@@ -25,8 +25,11 @@ def probe_by_layer(cells, tasks, archs, out) -> dict:
                 continue
             acc = [p["accuracy"] for p in c["probes"]]
             ctrl += [p["control_accuracy"] for p in c["probes"]]
-            a_.plot(range(len(acc)), acc, label=a, **_style(a))
-            a_.plot([c["best_layer"]], [acc[c["best_layer"]]], marker="*", color=COLORS.get(a, "k"), markersize=10)
+            learned = bool(c.get("learned", False))
+            st = dict(_style(a), **({} if learned else {"alpha": 0.35, "linestyle": ":"}))
+            a_.plot(range(len(acc)), acc, label=a if learned else f"{a} (not learned)", **st)
+            a_.plot([c["best_layer"]], [acc[c["best_layer"]]], marker="*", color=COLORS.get(a, "k"), markersize=10,
+                    alpha=1.0 if learned else 0.35)
         if ctrl:
             a_.axhline(float(np.mean(ctrl)), color="grey", linestyle=":", label="control (mean)")
         a_.set_title(t)
@@ -36,7 +39,8 @@ def probe_by_layer(cells, tasks, archs, out) -> dict:
             a_.set_ylabel("held-out probe accuracy")
             a_.legend(fontsize=7)
     return save_figure(fig, out, "probe_by_layer",
-                       "Probe accuracy by layer per architecture per task (star: best layer; dotted: control task)")
+                       "Probe accuracy by layer per architecture per task (star: best layer; grey dotted: control task; "
+                       "faint dotted lines: models that did not learn the task)")
 
 
 def ablation_drops(cells, tasks, archs, train_len, out) -> dict:

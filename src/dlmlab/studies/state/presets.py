@@ -16,7 +16,11 @@ class StatePreset:
 
     Sizes: ``d_model`` / ``n_layers`` for all; non-transformer widths are chosen by
     :func:`dlmlab.models.factory.build_model` to match the transformer's parameter count.
-    ``steps`` maps task -> training steps (missing tasks use ``default_steps``).
+    ``steps`` maps ``task`` or ``"arch/task"`` -> training steps (the more specific key wins;
+    missing -> ``default_steps``); ``lr_by_arch`` maps arch -> learning rate (missing -> ``lr``).
+    ``mamba-noconv`` uses its own key if present, else Mamba's (same recipe for the conv ablation).
+    A cell counts as *learned* when its per-token accuracy at ``train_len`` is >= ``learned_acc``;
+    claims about probe / ablation profiles use learned cells only.
     ``pretrained_paths``: local Hugging Face checkpoints (Pythia / Mamba) for the
     pretrained-scale part (also read from the env var ``DLMLAB_STATE_PRETRAINED``,
     comma-separated); empty -> that part is skipped with a note.
@@ -30,6 +34,8 @@ class StatePreset:
     steps: dict = field(default_factory=dict)
     batch_size: int = 32
     lr: float = 3e-3
+    lr_by_arch: dict = field(default_factory=dict)
+    learned_acc: float = 0.95
     warmup_steps: int = 20
     train_len: int = 40
     eval_lens: list[int] = field(default_factory=lambda: [40, 60, 80, 100, 120])
@@ -50,8 +56,17 @@ class StatePreset:
     pretrained_steps: int = 300
     seed: int = 0
 
-    def steps_for(self, task: str) -> int:
+    def steps_for(self, task: str, arch: str | None = None) -> int:
+        for a in _lookup_archs(arch):
+            if f"{a}/{task}" in self.steps:
+                return int(self.steps[f"{a}/{task}"])
         return int(self.steps.get(task, self.default_steps))
+
+    def lr_for(self, arch: str | None = None) -> float:
+        for a in _lookup_archs(arch):
+            if a in self.lr_by_arch:
+                return float(self.lr_by_arch[a])
+        return float(self.lr)
 
     def validate(self) -> None:
         bad = sorted(set(self.archs) - set(ALL_ARCHS))
@@ -61,6 +76,14 @@ class StatePreset:
         require(self.archs and self.tasks, "archs and tasks must be non-empty")
         require(self.d_model > 0 and self.n_layers >= 1, "d_model and n_layers must be positive")
         require(self.default_steps > 0 and all(int(v) > 0 for v in self.steps.values()), "steps must be > 0")
+        arch_names = set(ALL_ARCHS) | {"mamba-noconv"}
+        bad = sorted(k for k in self.steps if k.split("/")[-1] not in ALL_TASKS
+                     or ("/" in k and k.split("/")[0] not in arch_names))
+        require(not bad, f"steps keys must be 'task' or 'arch/task', got {bad}")
+        bad = sorted(set(self.lr_by_arch) - arch_names)
+        require(not bad, f"lr_by_arch: unknown architecture(s) {bad}")
+        require(self.lr > 0 and all(float(v) > 0 for v in self.lr_by_arch.values()), "learning rates must be > 0")
+        require(0 < self.learned_acc <= 1, f"learned_acc must be in (0, 1], got {self.learned_acc}")
         require(self.train_len >= 4, f"train_len must be >= 4, got {self.train_len}")
         require(self.train_len in self.eval_lens, "eval_lens must include train_len")
         require(all(n >= 4 for n in self.eval_lens), "eval_lens must be >= 4")
@@ -69,11 +92,21 @@ class StatePreset:
         require(self.pretrained_task in ALL_TASKS, f"pretrained_task must be one of {ALL_TASKS}")
 
 
+def _lookup_archs(arch: str | None) -> list[str]:
+    """Keys to try for a model variant, most specific first ('mamba-noconv' falls back to 'mamba')."""
+    if arch is None:
+        return []
+    return [arch, "mamba"] if arch == "mamba-noconv" else [arch]
+
+
 PRESETS: dict[str, StatePreset] = {
     "smoke": StatePreset(d_model=32, n_layers=2, default_steps=25, batch_size=16, eval_lens=[40, 80],
                          eval_seqs=16, probe_seqs=16, probe_samples=300, probe_max_iter=100, patch_seqs=8,
                          code_max_files=6),
-    "cpu": StatePreset(d_model=64, n_layers=4, default_steps=200, steps={"dyck": 300}, code_max_files=60),
+    "cpu": StatePreset(d_model=64, n_layers=4, default_steps=200, code_max_files=60,
+                       lr_by_arch={"lstm": 1e-2, "gru": 1e-2},
+                       steps={"dyck": 300, **{f"{a}/{t}": n for a, n in (("lstm", 1000), ("gru", 800)) for t in ALL_TASKS}},
+                       eval_seqs=100, probe_samples=1500),
     "paper": StatePreset(d_model=128, n_layers=4, default_steps=3000, batch_size=64, lr=1e-3, warmup_steps=200,
                          eval_seqs=512, probe_seqs=512, probe_samples=8000, probe_max_iter=500, patch_seqs=256,
                          patch_all_positions=True),

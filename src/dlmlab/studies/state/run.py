@@ -16,6 +16,7 @@ from dlmlab.studies.state import figures
 from dlmlab.studies.state.cells import build, eval_data, make_task, run_cell
 from dlmlab.studies.state.claims import all_claims
 from dlmlab.studies.state.presets import PRESETS, StatePreset
+from dlmlab.training import TrainConfig
 
 ENV_PRETRAINED = "DLMLAB_STATE_PRETRAINED"
 
@@ -92,14 +93,23 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
 
 
 def setup_text(p: StatePreset, archs, missing, cells) -> str:
-    s = (f"Each architecture ({', '.join(archs)}) is trained with AdamW (lr {p.lr}, batch {p.batch_size}) to tag every "
-         f"position of {', '.join(p.tasks)} at length {p.train_len} (steps per task: "
-         f"{', '.join(f'{t} {p.steps_for(t)}' for t in p.tasks)}), d_model {p.d_model}, {p.n_layers} layers; "
+    lrs = ", ".join(f"{a} {p.lr_for(a):g}" for a in archs)
+    steps = "; ".join(f"{a}: " + ", ".join(f"{t} {p.steps_for(t, a)}" for t in p.tasks) for a in archs)
+    s = (f"Each architecture ({', '.join(archs)}) is trained with AdamW (batch {p.batch_size}, warmup "
+         f"{p.warmup_steps}, {TrainConfig.schedule} decay, grad clip {TrainConfig.grad_clip}; lr per architecture: {lrs}) to tag every "
+         f"position of {', '.join(p.tasks)} at length {p.train_len} (steps per architecture and task: {steps}), "
+         f"d_model {p.d_model}, {p.n_layers} layers; "
          "non-transformer widths matched to the transformer's parameter count by the model factory. "
          f"Evaluation at lengths {p.eval_lens} ({p.eval_seqs} held-out sequences each; Code-Depth uses held-out "
          "standard-library files). Probes: logistic regression on "
          f"{p.probe_samples} positions of {p.probe_seqs} sequences per layer, split by sequence, "
-         "control = shuffled labels. Best layer = earliest layer within 0.005 of the best probe accuracy.")
+         "control = shuffled labels. Best layer = earliest layer within 0.005 of the best probe accuracy. "
+         f"A cell is 'learned' when its per-token accuracy at length {p.train_len} is >= {p.learned_acc}; "
+         "probe, ablation and patching profiles of cells that did not learn the task are reported but say little "
+         "about how the task is solved, and the claims about them count learned cells only.")
+    nl = [f"{a}/{t}" for (a, t), c in cells.items() if not c.get("learned")]
+    if nl:
+        s += f" Not learned: {', '.join(nl)}."
     if missing:
         s += " NOT RUN (unavailable in this build): " + "; ".join(f"{k} ({v})" for k, v in missing.items()) + "."
     if not p.pretrained_paths:
@@ -117,18 +127,22 @@ def tables(cells, p: StatePreset, archs, main_archs, missing, pretrained) -> lis
                     note="Counts differ by task only through the vocabulary / output sizes."))
     if (p.d_model, p.n_layers) != (128, 4):
         ts.append(paper_param_table(p, main_archs))
-    rows = [[a, t] + [c["acc_by_len"][L] for L in p.eval_lens] + [c["train_time_s"]]
-            for (a, t), c in cells.items()]
-    ts.append(Table("Per-token accuracy by evaluation length", ["arch", "task"] + [f"L={L}" for L in p.eval_lens]
-                    + ["train s"], rows, note=f"Trained at length {p.train_len}."))
+    rows = [[a, t, "yes" if c["learned"] else "NO"] + [c["acc_by_len"][L] for L in p.eval_lens]
+            + [c["steps"], c["lr"], c["train_time_s"]] for (a, t), c in cells.items()]
+    ts.append(Table("Per-token accuracy by evaluation length", ["arch", "task", "learned"]
+                    + [f"L={L}" for L in p.eval_lens] + ["steps", "lr", "train s"], rows,
+                    note=f"Trained at length {p.train_len}; learned = accuracy at length {p.train_len} >= "
+                         f"{p.learned_acc}."))
     L1 = p.n_layers + 1
     rows = []
     for (a, t), c in cells.items():
         if "probes" in c:
-            rows.append([a, t] + [pr["accuracy"] for pr in c["probes"]] + [
+            rows.append([a, t, "yes" if c["learned"] else "NO"] + [pr["accuracy"] for pr in c["probes"]] + [
                 float(np.mean([pr["control_accuracy"] for pr in c["probes"]])), c["best_layer"]])
-    ts.append(Table("Probe accuracy by layer", ["arch", "task"] + [f"layer {i}" for i in range(L1)]
-                    + ["control (mean)", "best layer"], rows, note="Layer 0 = embedding; layer i = after block i."))
+    ts.append(Table("Probe accuracy by layer", ["arch", "task", "learned"] + [f"layer {i}" for i in range(L1)]
+                    + ["control (mean)", "best layer"], rows,
+                    note="Layer 0 = embedding; layer i = after block i. Rows with learned = NO come from models "
+                         "that did not learn the task."))
     rows = []
     for (a, t), c in cells.items():
         for kind, by_len in c.get("ablation", {}).items():
