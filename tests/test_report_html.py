@@ -85,6 +85,14 @@ def test_png_size(tmp_path):
     assert _png_size(b"GIF89a" + b"0" * 40) is None
 
 
+def test_nested_evidence_is_rounded_and_truncated():
+    from dlmlab.report.html import _short_json
+
+    assert _short_json({"a": [0.123456789, 2], "b": {"c": 1.0000001}}) == '{"a": [0.1235, 2], "b": {"c": 1.0}}'
+    long = _short_json(list(range(500)))
+    assert len(long) == 240 and long.endswith("...")
+
+
 def test_number_format():
     assert [num(x) for x in [0.0, 1.25, 0.1234567, 12345.6, 2.5e-7, 3e7, -0.5]] == \
         ["0", "1.25", "0.1235", "12346", "2.500e-07", "3.000e+07", "-0.5"]

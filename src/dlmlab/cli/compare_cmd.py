@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,5 +257,8 @@ def run(args: argparse.Namespace) -> int:
     if a.kind == "study" and b.kind == "study" and set(a.studies) != set(b.studies):
         raise ValueError(f"{a.path} is study {next(iter(a.studies))!r} but {b.path} is {next(iter(b.studies))!r}")
     diffs = compare(a, b, args.rtol)
-    print(render(a, b, diffs, args.max_rows))
+    try:
+        print(render(a, b, diffs, args.max_rows), flush=True)
+    except BrokenPipeError:  # `dlmlab compare A B | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 1 if args.exit_code and any(d.differs for d in diffs) else 0

@@ -77,8 +77,19 @@ def _holds_badge(holds: bool | None) -> str:
     return _badge("holds", "holds") if holds else _badge("fails", "does not hold")
 
 
+def _round(v: Any) -> Any:
+    """Floats inside nested evidence to 4 significant digits (for display only)."""
+    if isinstance(v, float):
+        return float(f"{v:.4g}")
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
 def _short_json(v: Any, limit: int = 240) -> str:
-    s = json.dumps(v, default=str)
+    s = json.dumps(_round(v), default=str)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 

@@ -22,6 +22,7 @@ class InductionPreset:
     seq_len: int = 64
     positions: Literal["learned", "rope"] = "learned"
     n_random: int = 128
+    random_ids: Literal["reserved", "text"] = "reserved"  # draw repeated tokens from reserved ids or the text vocab
     min_half: int = 16  # training repeats: segment length uniform in [min_half, seq_len // 2], random start
     p_repeated: float = 0.75
     text_source: str = "tinyshakespeare"
@@ -67,10 +68,11 @@ class InductionPreset:
 
 
 PRESETS: dict[str, InductionPreset] = {
-    "smoke": InductionPreset(positions="rope", depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, min_half=6, steps=40, warmup_steps=5,
+    "smoke": InductionPreset(random_ids="text", depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32, min_half=6, steps=40, warmup_steps=5,
                              batch_size=16, ckpt_every=20, eval_seqs=16, per_seq=4, probe_seqs=32),
-    "cpu": InductionPreset(seq_len=32, min_half=8, positions="learned"),
-    "paper": InductionPreset(positions="rope", d_model=512, n_heads=16, seq_len=512, n_random=4096, min_half=128, tokenizer="bpe", bpe_vocab=8192,
+    "cpu": InductionPreset(seq_len=32, min_half=8, positions="learned", random_ids="text", batch_size=32, steps=8000,
+                           ckpt_every=400),
+    "paper": InductionPreset(random_ids="text", d_model=512, n_heads=16, seq_len=512, n_random=4096, min_half=128, tokenizer="bpe", bpe_vocab=8192,
                              text_source="wikitext2-test", steps=20000, batch_size=64, lr=1e-3, warmup_steps=1000,
                              schedule="cosine", threads=0, ckpt_every=1000, eval_seqs=512, per_seq=16, probe_seqs=1024),
 }

@@ -22,12 +22,19 @@ OBJECTIVES = ("ar", "dlm")
 class Data:
     text_ids: torch.Tensor  # [N] training split of the natural text
     vocab: RepeatedVocab
+    lo: int  # repeated random tokens are drawn from ids [lo, hi)
+    hi: int
 
 
 def load_data(p: InductionPreset) -> Data:
     stream, tok = load_corpus(DataConfig(source=p.text_source, tokenizer=p.tokenizer, bpe_vocab=p.bpe_vocab,
                                          seq_len=p.seq_len))
-    return Data(stream.train, RepeatedVocab(tok.vocab_size, p.n_random))
+    v = RepeatedVocab(tok.vocab_size, p.n_random)
+    if p.random_ids == "text":
+        if tok.vocab_size < p.seq_len // 2:
+            raise ValueError(f"text vocabulary ({tok.vocab_size}) is smaller than seq_len/2 = {p.seq_len // 2}")
+        return Data(stream.train, v, 0, tok.vocab_size)
+    return Data(stream.train, v, v.lo, v.hi)
 
 
 def model_config(p: InductionPreset, vocab: RepeatedVocab, n_layers: int, objective: str) -> TransformerConfig:
@@ -55,7 +62,7 @@ def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, o
     T = p.seq_len
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
-        x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, v.lo, v.hi, gen, p.min_half)
+        x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, data.lo, data.hi, gen, p.min_half)
         if objective == "ar":
             return {"tokens": x.to(dev)}
         batch = {"tokens": x, "t": sample_t(p.batch_size, gen), "noise": torch.rand(x.shape, generator=gen)}

@@ -59,6 +59,7 @@ def quality_speed(res: dict, out: Path) -> dict:
         ax.scatter(sp["tokens_per_s"], s["gen_ppl"], s=30)
         ax.annotate(key, (sp["tokens_per_s"], s["gen_ppl"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("tokens / s (higher = faster)")
     ax.set_ylabel("generative PPL (lower = better)")
     return save_figure(fig, out, "quality_speed",

@@ -49,7 +49,7 @@ class PreDiffPreset:
     temperature: float = 1.0
     top_p: float = 0.95
     speed_batch: int = 1  # CPU: one prompt at a time (latency); the paper preset uses a GPU batch
-    speed_repeats: int = 3
+    speed_repeats: int = 5
     lambada_limit: int = 500
     device: str = "cpu"
 
