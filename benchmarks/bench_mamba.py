@@ -65,8 +65,9 @@ def hf_model(vocab: int, n_out: int, d_model: int, n_layers: int, d_inner: int, 
     import transformers
 
     cfg = transformers.MambaConfig(vocab_size=vocab, hidden_size=d_model, num_hidden_layers=n_layers,
-                                   state_size=d_state, conv_kernel=d_conv, expand=d_inner / d_model,
+                                   state_size=d_state, conv_kernel=d_conv, expand=2,
                                    use_mambapy=use_mambapy, use_cache=False)
+    cfg.intermediate_size = d_inner  # HF wants an integer expand; set the width exactly
     model = transformers.MambaModel(cfg)
     assert model.layers[0].mixer.intermediate_size == d_inner
     head = nn.Linear(d_model, n_out, bias=False)

@@ -61,7 +61,7 @@ def tagging_loss(model, batch):
     logits = model(batch["tokens"])
     loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
     acc = (logits.argmax(-1) == batch["labels"]).float().mean()
-    return loss, {"loss": float(loss), "acc": float(acc)}
+    return loss, {"loss": float(loss.detach()), "acc": float(acc)}
 
 
 def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps: int | None = None,
