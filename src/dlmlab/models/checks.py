@@ -1,4 +1,4 @@
-"""Input checks shared by the non-transformer sequence models."""
+"""Input checks shared by every sequence model."""
 
 from __future__ import annotations
 

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlmlab.config import require
-from dlmlab.hooks import HookedModule, HookPoint
-from dlmlab.models.checks import check_tokens
+from dlmlab.hooks import HookPoint
+from dlmlab.models.stacked import StackedLM, record_mixer_states
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.selective_scan import selective_scan, selective_scan_ref
 
@@ -148,7 +148,7 @@ class MambaBlock(nn.Module):
         return self.resid_post(x + self.mixer_out(self.mixer(self.norm(x))))
 
 
-class Mamba(HookedModule):
+class Mamba(StackedLM):
     """Embedding -> n_layers x MambaBlock -> RMSNorm -> linear head (tokens [B,T] -> logits [B,T,K])."""
 
     def __init__(self, cfg: MambaConfig) -> None:
@@ -167,37 +167,13 @@ class Mamba(HookedModule):
                 nn.init.normal_(self.unembed.weight, std=cfg.init_std)
             for b in self.blocks:  # GPT-2 style residual scaling of the output projection
                 b.mixer.out_proj.weight.div_(math.sqrt(cfg.n_layers))
-        self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
-        self.setup_hooks()
-
-    def check_tokens(self, tokens: torch.Tensor) -> None:
-        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
-        check_tokens(tokens, self.cfg.vocab_size)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B,T] (long) -> logits [B,T,n_out]."""
-        self.check_tokens(tokens)
-        x = self.embed(self.tok_emb(tokens))
-        for block in self.blocks:
-            x = block(x)
-        x = self.final(self.ln_final(x))
-        return self.logits(self.unembed(x))
+        self.finish_init()
 
 
-@torch.no_grad()
 def ssm_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
     """Per-layer SSM states [B,T,Di,N] of ``model`` on ``tokens`` (sequential reference scan).
 
     States live inside the scan, so they are returned here rather than as a hook point
     (a hook there could not change the output).  Memory: B*T*state floats per layer.
     """
-    mixers = [b.mixer for b in model.blocks]
-    for m in mixers:
-        m.record_states = True
-    try:
-        model(tokens)
-        return [m.last_states for m in mixers]
-    finally:
-        for m in mixers:
-            m.record_states = False
-            m.last_states = None
+    return record_mixer_states(model, tokens)

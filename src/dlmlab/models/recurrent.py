@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from dlmlab.config import require
-from dlmlab.hooks import HookedModule, HookPoint
-from dlmlab.models.checks import check_tokens
+from dlmlab.hooks import HookPoint
+from dlmlab.models.stacked import StackedLM
 from dlmlab.models.norm import make_norm
 
 Cell = Literal["lstm", "gru"]
@@ -88,7 +88,7 @@ class RecurrentBlock(nn.Module):
         return self.resid_post(x + h if self.residual else h)
 
 
-class RecurrentModel(HookedModule):
+class RecurrentModel(StackedLM):
     """Embedding -> n_layers x (LSTM|GRU) -> optional norm -> linear head."""
 
     def __init__(self, cfg: RecurrentConfig) -> None:
@@ -103,18 +103,4 @@ class RecurrentModel(HookedModule):
             if cfg.out_size != cfg.vocab_size or cfg.d_model != cfg.hidden_size:
                 raise ValueError("tie_embeddings needs n_out == vocab_size and d_model == hidden_size")
             self.unembed.weight = self.tok_emb.weight
-        self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
-        self.setup_hooks()
-
-    def check_tokens(self, tokens: torch.Tensor) -> None:
-        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
-        check_tokens(tokens, self.cfg.vocab_size)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B,T] (long) -> logits [B,T,n_out]."""
-        self.check_tokens(tokens)
-        x = self.embed(self.tok_emb(tokens))
-        for block in self.blocks:
-            x = block(x)
-        x = self.final(self.ln_final(x))
-        return self.logits(self.unembed(x))
+        self.finish_init()

@@ -14,6 +14,7 @@ from torch import nn
 
 from dlmlab.hooks import HookedModule, HookPoint
 from dlmlab.models.block import Block
+from dlmlab.models.checks import check_tokens
 from dlmlab.models.config import TransformerConfig
 from dlmlab.models.kv_cache import KVCache
 from dlmlab.models.masks import build_mask
@@ -55,15 +56,7 @@ class Transformer(HookedModule):
     # ------------------------------------------------------------------------------------
     def check_tokens(self, tokens: torch.Tensor, offset: int = 0) -> None:
         """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"tokens must be an integer tensor, got {tokens.dtype}")
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [batch, seq], got shape {tuple(tokens.shape)}")
-        if tokens.numel():
-            lo, hi = int(tokens.min()), int(tokens.max())
-            if lo < 0 or hi >= self.cfg.vocab_size:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"token id {bad} out of range [0, {self.cfg.vocab_size}) for this model")
+        check_tokens(tokens, self.cfg.vocab_size)
         T = tokens.shape[1] + offset
         if self.pos_emb is not None and T > self.cfg.max_seq_len:
             raise ValueError(
