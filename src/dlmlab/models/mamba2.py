@@ -30,8 +30,7 @@ from torch import nn
 
 from dlmlab.config import require
 from dlmlab.hooks import HookPoint
-from dlmlab.models.stacked import StackedLM, record_mixer_states
-from dlmlab.models.norm import RMSNorm
+from dlmlab.models.stacked import SSMStack, record_mixer_states
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
 
 
@@ -158,38 +157,11 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(self.norm(y, z))
 
 
-class Mamba2Block(nn.Module):
-    def __init__(self, cfg: Mamba2Config) -> None:
-        super().__init__()
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mixer = Mamba2Mixer(cfg)
-        self.resid_pre, self.mixer_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+class Mamba2(SSMStack):
+    """Embedding -> n_layers x (RMSNorm, Mamba2Mixer) residual blocks -> RMSNorm -> linear head (tokens [B,T] -> logits [B,T,K])."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.resid_pre(x)
-        return self.resid_post(x + self.mixer_out(self.mixer(self.norm(x))))
-
-
-class Mamba2(StackedLM):
-    """Embedding -> n_layers x Mamba2Block -> RMSNorm -> linear head (tokens [B,T] -> logits [B,T,K])."""
-
-    def __init__(self, cfg: Mamba2Config) -> None:
-        super().__init__()
-        cfg.validate()
-        self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList([Mamba2Block(cfg) for _ in range(cfg.n_layers)])
-        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
-        if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
-            self.unembed.weight = self.tok_emb.weight
-        with torch.no_grad():
-            nn.init.normal_(self.tok_emb.weight, std=cfg.init_std)
-            if self.unembed.weight is not self.tok_emb.weight:
-                nn.init.normal_(self.unembed.weight, std=cfg.init_std)
-            for b in self.blocks:
-                b.mixer.out_proj.weight.div_(math.sqrt(cfg.n_layers))
-        self.finish_init()
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg, Mamba2Mixer)
 
 
 def ssm_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
