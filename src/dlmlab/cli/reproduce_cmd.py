@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from dlmlab.studies import STUDIES, load_study
+from dlmlab.training.distributed import is_main_process
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,5 +33,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     study = load_study(args.study)
     study.run(args.preset, out, progress=not args.no_progress)
-    print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'}")
+    if is_main_process():  # under torchrun every rank runs the study; rank 0 wrote the files
+        print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'}")
     return 0

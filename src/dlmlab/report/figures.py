@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dlmlab.training.distributed import is_main_process  # noqa: E402
+
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6, **kw):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
@@ -17,7 +19,14 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float
 
 
 def save_figure(fig, out_dir: str | Path, name: str, caption: str) -> dict:
-    """Save ``fig`` to ``out_dir/figures/name.png``; returns ``{"path", "caption"}`` for results.json."""
+    """Save ``fig`` to ``out_dir/figures/name.png``; returns ``{"path", "caption"}`` for results.json.
+
+    Under ``torchrun`` only rank 0 writes (every rank returns the same entry).
+    """
+    entry = {"path": f"figures/{name}.png", "caption": caption}
+    if not is_main_process():
+        plt.close(fig)
+        return entry
     figdir = Path(out_dir) / "figures"
     figdir.mkdir(parents=True, exist_ok=True)
     path = figdir / f"{name}.png"
@@ -26,4 +35,4 @@ def save_figure(fig, out_dir: str | Path, name: str, caption: str) -> dict:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     os.replace(tmp, path)
-    return {"path": f"figures/{name}.png", "caption": caption}
+    return entry

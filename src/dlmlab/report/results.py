@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.report.claims import Claim
+from dlmlab.training.distributed import is_main_process
 
 
 @dataclass
@@ -134,8 +135,13 @@ def render_markdown(res: StudyResult, title: str) -> str:
 
 
 def write_study(out: str | Path, res: StudyResult, title: str) -> Path:
-    """Write results.json and report.md into ``out`` atomically; returns results.json's path."""
+    """Write results.json and report.md into ``out`` atomically; returns results.json's path.
+
+    Under ``torchrun`` only rank 0 writes.
+    """
     out = Path(out)
+    if not is_main_process():
+        return out / "results.json"
     out.mkdir(parents=True, exist_ok=True)
     data = _clean(res.to_dict())
     tmp = out / "results.json.tmp"

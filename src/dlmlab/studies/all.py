@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from dlmlab import studies
 from dlmlab.report.html import fmt_duration, write_report
 from dlmlab.report.results import load_results
+from dlmlab.training.distributed import is_main_process
 
 MANIFEST = "run_all.json"
 REPORT = "report.html"
@@ -52,10 +53,6 @@ class StudyRun:
     error: str = ""
     claims_hold: int | None = None
     claims_total: int | None = None
-
-
-def _is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _load_module(name: str):
@@ -193,7 +190,7 @@ def run_all(preset: str, out: str | Path, progress: bool = True) -> Path:
     """
     out = Path(out)
     names = list(studies.STUDIES)
-    main = _is_main_process()
+    main = is_main_process()
     _check_presets(out, preset, names)
     out.mkdir(parents=True, exist_ok=True)
     previous = _read_manifest(out).get("studies", {})

@@ -49,3 +49,16 @@ def init_from_env() -> DistContext:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend)
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+
+def is_main_process() -> bool:
+    """True outside ``torchrun`` and on its rank 0.  Reads ``RANK``, so it works before the group starts.
+
+    Studies run on every rank (their training is data-parallel); only the main process writes files.
+    """
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def sync() -> None:
+    """Wait for every ``torchrun`` rank (e.g. until rank 0 has written a file the others read); no-op alone."""
+    init_from_env().barrier()

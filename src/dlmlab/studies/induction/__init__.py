@@ -23,6 +23,8 @@ from dlmlab.studies.induction import figures as figs
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
 from dlmlab.studies.induction.claims import CLAIM_IDS, all_claims
 from dlmlab.studies.induction.presets import PRESETS, InductionPreset
+from dlmlab.studies.threads import torch_threads
+from dlmlab.training.distributed import is_main_process, sync
 from dlmlab.studies.induction.train import OBJECTIVES, load_data, train_model
 from dlmlab.tasks.repeated import mixed_batch, repeated_tokens
 
@@ -32,12 +34,17 @@ __all__ = ["TITLE", "PRESETS", "InductionPreset", "run", "CLAIM_IDS"]
 
 
 def _prepare_run_dir(run_dir: Path, config: dict) -> None:
-    """Reuse ``run_dir`` only if it was trained with the same config; otherwise start it afresh."""
-    cfg_path = run_dir / "run_config.json"
-    if run_dir.exists() and (not cfg_path.exists() or json.loads(cfg_path.read_text()) != config):
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(json.dumps(config, indent=1))
+    """Reuse ``run_dir`` only if it was trained with the same config; otherwise start it afresh.
+
+    Under ``torchrun`` rank 0 decides and the others wait for it.
+    """
+    if is_main_process():
+        cfg_path = run_dir / "run_config.json"
+        if run_dir.exists() and (not cfg_path.exists() or json.loads(cfg_path.read_text()) != config):
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg_path.write_text(json.dumps(config, indent=1))
+    sync()
 
 
 def _head(scores, layer: int) -> tuple[int, float]:
@@ -123,13 +130,8 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     p = PRESETS[preset]
     p.validate()
-    threads = torch.get_num_threads()
-    if p.threads:
-        torch.set_num_threads(p.threads)
-    try:
+    with torch_threads(p.threads):
         return _run(p, preset, Path(out), progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyResult:

@@ -15,6 +15,7 @@ from dlmlab.models.hf_llama import load_llama
 from dlmlab.prediff.objectives import MethodConfig, make_task
 from dlmlab.studies.prediff.presets import PreDiffPreset
 from dlmlab.training import train
+from dlmlab.training.distributed import is_main_process, sync
 
 
 def hf_tokenizer(path: Path):
@@ -54,8 +55,11 @@ def prepare(p: PreDiffPreset, out: Path, progress: bool = True) -> tuple[Transfo
         cfg_train = dataclasses.replace(p.pretrain, progress=p.pretrain.progress and progress)
         history = train(model, cfg_train, make_batch, loss_fn, out_dir=out / "runs" / "pretrain", desc="pretrain AR")
         hf_dir = out / "backbone"
-        save_gpt2(model.cpu(), hf_dir)
-        tokenizer.save(hf_dir / "tokenizer.json")
+        if is_main_process():  # under torchrun rank 0 writes the backbone, every rank reads it back
+            save_gpt2(model.cpu(), hf_dir)
+            tokenizer.save(hf_dir / "tokenizer.json")
+        sync()
+        model.cpu()
         backbone = load_gpt2(hf_dir)
         x = stream.val[: p.seq_len][None]
         with torch.no_grad():
@@ -63,7 +67,8 @@ def prepare(p: PreDiffPreset, out: Path, progress: bool = True) -> tuple[Transfo
         info["backbone"] = {"source": "pretrained here", "hf_dir": "backbone", "pretrain_steps": p.pretrain.steps,
                             "final_train_loss": history[-1]["loss"] if history else None,
                             "hf_roundtrip_max_logit_diff": diff, "params": backbone.num_params()}
-        (hf_dir / "dlmlab_pretrain.json").write_text(json.dumps(info["backbone"], indent=1))
+        if is_main_process():
+            (hf_dir / "dlmlab_pretrain.json").write_text(json.dumps(info["backbone"], indent=1))
     info["tokenizer_vocab"] = tokenizer.vocab_size
     info["tokens"] = {"train": len(stream.train), "val": len(stream.val)}
     return backbone.to(p.device).eval(), tokenizer, stream, info

@@ -22,6 +22,7 @@ from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speed
 from dlmlab.studies.prediff.figures import make_figures
 from dlmlab.studies.prediff.presets import PRESETS
+from dlmlab.training.distributed import is_main_process
 
 TITLE = "PreDiff-LM: adapting a pretrained causal LM to masked diffusion with hybrid attention"
 
@@ -75,11 +76,12 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
         res["samples"][key] = sample_metrics(samples, refs, judge, tokenizer, p, ref_feats)
         res["speed"][key] = speed(name, models[name], prompts, p, steps)
         texts[key] = [tokenizer.decode(s[p.sample_prompt_len:].tolist()) for s in samples]
-    with open(out / "samples.jsonl", "w") as f:
-        for i in range(len(prompts)):
-            ptxt = tokenizer.decode(prompts[i].tolist())
-            for key, col in texts.items():
-                f.write(json.dumps({"prompt": ptxt, "method": key, "sample": col[i]}) + "\n")
+    if is_main_process():
+        with open(out / "samples.jsonl", "w") as f:
+            for i in range(len(prompts)):
+                ptxt = tokenizer.decode(prompts[i].tolist())
+                for key, col in texts.items():
+                    f.write(json.dumps({"prompt": ptxt, "method": key, "sample": col[i]}) + "\n")
 
     lam = find_lambada()
     if lam is None:

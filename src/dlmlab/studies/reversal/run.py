@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from dlmlab.report import StudyResult, Table, claim, write_study
 from dlmlab.studies.reversal import figures
 from dlmlab.studies.reversal.presets import PRESETS, ReversalPreset
 from dlmlab.studies.reversal.synthetic import run_one
+from dlmlab.studies.threads import threads_for, torch_threads
 
 TITLE = "Reversal curse in masked diffusion vs autoregressive models (storage-routing)"
 
@@ -185,10 +185,7 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
 def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True) -> StudyResult:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    threads = torch.get_num_threads()
-    # Tiny models: thread start-up costs far more than the matmuls on a busy machine.
-    torch.set_num_threads(1 if cfg.model.d_model <= 128 else threads)
-    try:
+    with torch_threads(threads_for(cfg.model.d_model)):
         runs = []
         grid = [(seed, kind, pe) for seed in cfg.seeds for kind in cfg.kinds for pe in cfg.positions]
         for seed, kind, pe in tqdm(grid, desc="reversal runs", disable=not progress, dynamic_ncols=True):
@@ -202,17 +199,15 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
         mdm_kinds = [k for k in cfg.kinds if k.startswith("mdm")]
         if mdm_kinds:
             figs.insert(0, figures.attention_correlation_figure(runs, mdm_kinds, cfg.positions, cfg.task.gap + 1, out))
-        results = {"summary": summary, "runs": runs, "chance": chance}
-        if cfg.real.enabled:
-            from dlmlab.studies.reversal.real import real_claim, real_table, run_real
+    results = {"summary": summary, "runs": runs, "chance": chance}
+    if cfg.real.enabled:
+        from dlmlab.studies.reversal.real import real_claim, real_table, run_real
 
-            torch.set_num_threads(1 if cfg.real.model.d_model <= 128 else threads)
+        with torch_threads(threads_for(cfg.real.model.d_model)):
             real = run_real(cfg.real, cfg.seeds[0], progress, cfg.device)
-            results["real"] = real
-            tabs.append(real_table(real))
-            claims.append(real_claim(real))
-    finally:
-        torch.set_num_threads(threads)
+        results["real"] = real
+        tabs.append(real_table(real))
+        claims.append(real_claim(real))
     setup = (
         f"{len(cfg.seeds)} seeds x {{{', '.join(cfg.kinds)}}} x positions {{{', '.join(cfg.positions)}}}: "
         f"{cfg.model.n_layers}-layer transformer (d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "

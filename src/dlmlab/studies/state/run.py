@@ -16,6 +16,7 @@ from dlmlab.studies.state import figures
 from dlmlab.studies.state.cells import build, eval_data, make_task, run_cell
 from dlmlab.studies.state.claims import all_claims
 from dlmlab.studies.state.presets import PRESETS, StatePreset
+from dlmlab.studies.threads import threads_for, torch_threads
 from dlmlab.training import TrainConfig
 
 ENV_PRETRAINED = "DLMLAB_STATE_PRETRAINED"
@@ -39,8 +40,6 @@ def _cell_json(c: dict) -> dict:
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
-    from dlmlab.studies.state import TITLE
-
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     p: StatePreset = dataclasses.replace(PRESETS[preset])
@@ -48,7 +47,13 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     if env_paths:
         p.pretrained_paths = env_paths
     p.validate()
-    out = Path(out)
+    with torch_threads(threads_for(p.d_model)):
+        return _run(p, preset, Path(out), progress)
+
+
+def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
+    from dlmlab.studies.state import TITLE
+
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
 
