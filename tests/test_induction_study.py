@@ -1,5 +1,6 @@
 """The induction study end to end (smoke preset) and the timestep / emergence analyses."""
 
+import dataclasses
 import json
 import time
 
@@ -50,8 +51,25 @@ def test_presets_validate_and_reject_bad_values():
         InductionPreset(seq_len=63).validate()
     with pytest.raises(ConfigError, match="n_random"):
         InductionPreset(n_random=8).validate()
+    with pytest.raises(ConfigError, match="t_min"):
+        InductionPreset(t_min=0.6, t_max=0.5).validate()
+    with pytest.raises(ConfigError, match="patch_low"):
+        InductionPreset(patch_low=0.9, patch_high=0.5).validate()
     with pytest.raises(ValueError, match="unknown preset"):
         load_study("induction").run("huge", "/tmp/never")
+
+
+def test_dlm_training_mask_rates_stay_in_the_preset_range(monkeypatch):
+    """The DLM batches carry t in [t_min, t_max] (antithetic: spread over the whole range)."""
+    from dlmlab.studies.induction import train as tr
+
+    p = dataclasses.replace(PRESETS["smoke"], t_min=0.1, t_max=0.4, steps=3)
+    seen = []
+    monkeypatch.setattr(tr, "train", lambda model, cfg, make_batch, loss_fn, **kw: seen.extend(
+        make_batch(s, torch.Generator().manual_seed(s))["t"] for s in range(1, 4)) or [])
+    tr.train_model(p, tr.load_data(p), 1, "dlm", None, progress=False)
+    t = torch.cat(seen)
+    assert t.min() >= 0.1 and t.max() <= 0.4 and t.max() - t.min() > 0.2
 
 
 def tiny_dlm():
@@ -71,6 +89,10 @@ def test_mask_rate_probe_and_patch_shapes():
     assert pt["delta"] != 0.0  # the patch changes the masked predictions
     with pytest.raises(ValueError, match="low"):
         timestep.patch_mask_rate(m, x, 11, rep.points[1], rep.directions[1], low=0.9, high=0.5)
+    with pytest.raises(ValueError, match="t_range"):
+        timestep.mask_rate_probe(m, x, mask_id=11, t_range=(0.5, 0.2))
+    narrow = timestep.mask_rate_probe(m, x, mask_id=11, t_range=(0.1, 0.3))
+    assert narrow.r2 != rep.r2  # the probe data follow the range
 
 
 def test_jump_step_and_checkpoint_curve(tmp_path):

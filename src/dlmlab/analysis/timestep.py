@@ -1,6 +1,6 @@
 """Implicit timestep of a masked-diffusion model: does the residual stream encode the mask rate?
 
-* :func:`mask_rate_probe`: corrupt sequences at mask rates t ~ U(0, 1), read the residual stream
+* :func:`mask_rate_probe`: corrupt sequences at mask rates t ~ U(0, 1) (or a given range), read the residual stream
   at ``blocks.0.resid_pre`` (the embedding) and after every block, and fit a ridge probe
   (:func:`dlmlab.analysis.probes.probe_regression`, split by sequence) of the sequence's actual
   mask fraction from single positions -> held-out R^2 per layer and the probe direction.
@@ -41,13 +41,19 @@ class ProbeReport:
 
 @torch.no_grad()
 def mask_rate_probe(model, tokens: torch.Tensor, mask_id: int, positions_per_seq: int = 8, seed: int = 0,
-                    alpha: float = 1.0, chunk: int = 64) -> ProbeReport:
-    """tokens [B, T] clean -> ridge probe of the global mask fraction at each residual point."""
+                    alpha: float = 1.0, chunk: int = 64, t_range: tuple[float, float] = (0.0, 1.0)) -> ProbeReport:
+    """tokens [B, T] clean -> ridge probe of the global mask fraction at each residual point.
+
+    Sequences are corrupted at rates t ~ U(t_range) (use the range the model was trained on).
+    """
     B, T = tokens.shape
+    lo, hi = t_range
+    if not 0.0 <= lo < hi <= 1.0:
+        raise ValueError(f"t_range must satisfy 0 <= lo < hi <= 1, got {t_range}")
     if B < 8:
         raise ValueError(f"need at least 8 sequences for a held-out probe, got {B}")
     gen = torch.Generator().manual_seed(seed)
-    t = torch.rand(B, generator=gen)
+    t = lo + (hi - lo) * torch.rand(B, generator=gen)
     noisy, masked = corrupt(tokens, t, mask_id, gen)
     frac = masked.float().mean(1)  # actual global mask fraction [B]
     points = residual_points(model)

@@ -166,15 +166,17 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
         figs.probe_figure(out, models),
         figs.emergence_figure(out, models),
     ]
+    ids = f"ids from {p.n_random} reserved ones" if p.random_ids == "reserved" else "ids of the text vocabulary"
     setup = (f"Matched attention-only transformers (d_model {p.d_model}, {p.n_heads} heads, {p.positions} positions, "
              f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM "
-             f"loss (linear schedule), identical recipe: {p.steps} AdamW steps, batch {p.batch_size}, lr {p.lr} "
+             f"loss (linear schedule, 1/t weight, mask rates t ~ U[{p.t_min}, {p.t_max}]), identical recipe: {p.steps} AdamW steps, batch {p.batch_size}, lr {p.lr} "
              f"(warmup {p.warmup_steps}, {p.schedule} schedule), seed {p.seed}. Training rows of length {p.seq_len}: with probability "
-             f"{p.p_repeated} random tokens (ids from {p.n_random} reserved ones) in which a segment of random length "
+             f"{p.p_repeated} random tokens ({ids}) in which a segment of random length "
              f"{p.min_half}..{p.seq_len // 2} at a random start is repeated right after itself (no fixed copy offset), "
              f"otherwise a window of {p.text_source} ({p.tokenizer} tokens, vocab {v.text_vocab}). Evaluation: "
              f"{p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked targets per "
-             f"sequence for the DLM.")
+             f"sequence for the DLM; mask-rate probe on rates in [{p.t_min}, {p.t_max}], its direction patched "
+             f"from rate {p.patch_high} into rate {p.patch_low}.")
     res = StudyResult(study="induction", preset=preset, config=dataclasses.asdict(p), results={"models": models},
                       tables=_tables(models), figures=figures, claims=claims, wall_time_s=time.time() - t0,
                       setup=setup)

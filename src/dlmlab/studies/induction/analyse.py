@@ -81,14 +81,14 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
                                                for i in range(len(model.blocks))])
 
     if objective == "dlm":
-        rep = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed)
+        rep = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed, t_range=(p.t_min, p.t_max))
         r["probe"] = {"points": rep.points, "r2": rep.r2, "train_r2": rep.train_r2}
         L = len(model.blocks)
         cands = list(range(1, L)) if L >= 2 else [L]  # residual points after blocks 0..L-2 (else the last)
         best = max(cands, key=lambda i: rep.r2[i])
         r["patch"] = {"point": rep.points[best], "probe_r2": rep.r2[best],
                       **timestep.patch_mask_rate(model, probe_tokens, mid, rep.points[best], rep.directions[best],
-                                                 seed=p.seed)}
+                                                 low=p.patch_low, high=p.patch_high, seed=p.seed)}
 
     if run_dir is not None:
         ev_tokens = eval_tokens[: max(8, eval_tokens.shape[0] // 2)]

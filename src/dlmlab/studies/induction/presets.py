@@ -14,6 +14,11 @@ class InductionPreset:
 
     Training rows are repeated random-token sequences (ids after the text vocabulary) with
     probability ``p_repeated`` and natural-text windows of ``text_source`` otherwise.
+
+    The DLM's mask rate is drawn t ~ U[t_min, t_max] (antithetic), weighted 1/t as in MDLM; the full
+    range [0, 1] is the plain MDLM objective.  A narrower range keeps more context visible per
+    training row, which is what lets induction emerge in the DLM within a CPU budget.  The mask-rate
+    probe uses the same range, and its direction is patched from rate ``patch_high`` into ``patch_low``.
     """
 
     depths: list[int] = field(default_factory=lambda: [1, 2, 3])
@@ -39,6 +44,10 @@ class InductionPreset:
     per_seq: int = 8  # masked targets per sequence (DLM rows = eval_seqs * per_seq)
     probe_seqs: int = 256  # corrupted sequences for the mask-rate probe
     background: float = 0.1  # global mask rate of the local-window test
+    t_min: float = 0.001  # DLM training mask rates t ~ U[t_min, t_max]
+    t_max: float = 1.0
+    patch_low: float = 0.15  # mask-rate patching: low-corruption input ...
+    patch_high: float = 0.8  # ... receives the probe-direction component of this high-corruption one
     seed: int = 0
     device: str = "auto"  # "auto": cuda when available, else cpu
     threads: int = 1  # torch CPU threads during the study (restored after); 0 = leave as is.  Tiny models run
@@ -65,6 +74,9 @@ class InductionPreset:
                 f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         require(self.threads >= 0, f"threads must be >= 0, got {self.threads}")
         require(0.0 <= self.background < 1.0, f"background must be in [0, 1), got {self.background}")
+        require(0.0 < self.t_min < self.t_max <= 1.0, f"need 0 < t_min < t_max <= 1, got {self.t_min}, {self.t_max}")
+        require(0.0 < self.patch_low < self.patch_high <= 1.0,
+                f"need 0 < patch_low < patch_high <= 1, got {self.patch_low}, {self.patch_high}")
 
 
 PRESETS: dict[str, InductionPreset] = {

@@ -65,7 +65,8 @@ def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, o
         x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, data.lo, data.hi, gen, p.min_half)
         if objective == "ar":
             return {"tokens": x.to(dev)}
-        batch = {"tokens": x, "t": sample_t(p.batch_size, gen), "noise": torch.rand(x.shape, generator=gen)}
+        t = p.t_min + (p.t_max - p.t_min) * sample_t(p.batch_size, gen, eps=0.0)  # antithetic U[t_min, t_max]
+        batch = {"tokens": x, "t": t, "noise": torch.rand(x.shape, generator=gen)}
         return {k: t.to(dev) for k, t in batch.items()}
 
     def loss_fn(m, batch):
