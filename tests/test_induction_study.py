@@ -110,3 +110,17 @@ def test_jump_step_and_checkpoint_curve(tmp_path):
     assert [s for s, _ in curve] == [2, 4] and curve[0][1] != curve[1][1]
     with pytest.raises(FileNotFoundError):
         emergence.checkpoint_curve(m, tmp_path / "none", lambda mm: 0.0)
+
+
+def test_mask_range_sweep_prints_one_row_per_range(tmp_path, capsys):
+    from dlmlab.studies.induction import sweep
+
+    out = tmp_path / "rows.json"
+    assert sweep.main(["--preset", "smoke", "--ranges", "0.001:1", "0.1:0.5", "--no-progress", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["t_min"], r["t_max"]) for r in rows] == [(0.001, 1.0), (0.1, 0.5)]
+    assert all(0.0 <= r["forward"] <= 1.0 and 0.0 <= r["reverse"] <= 1.0 for r in rows)
+    assert "| [0.1, 0.5] |" in capsys.readouterr().out
+    assert sweep.main(["--preset", "smoke", "--ranges", "0.5:0.1"]) == 2
+    assert sweep.main(["--preset", "smoke", "--ranges", "half"]) == 2
+    assert "T_MIN:T_MAX" in capsys.readouterr().err
