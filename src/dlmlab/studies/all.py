@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from dlmlab import studies
 from dlmlab.report.html import fmt_duration, write_report
 from dlmlab.report.results import load_results
-from dlmlab.training.distributed import is_main_process
+from dlmlab.training.distributed import is_main_process, sync
 
 MANIFEST = "run_all.json"
 REPORT = "report.html"
@@ -250,16 +250,20 @@ def run_all(preset: str, out: str | Path, progress: bool = True) -> Path:
                 if preset not in getattr(mod, "PRESETS", {}):
                     raise ValueError(f"study {r.name!r} has no preset {preset!r} "
                                      f"(has {sorted(getattr(mod, 'PRESETS', {}))})")
-                mod.run(preset, sdir, progress=progress)
+                result = mod.run(preset, sdir, progress=progress)
                 r.wall_time_s = time.perf_counter() - t0
+                sync()  # under torchrun: wait until rank 0 has written the study's files
                 res = _finished(out, r.name)
+                if res is None and not main and hasattr(result, "to_dict"):
+                    res = result.to_dict()  # another rank: rank 0 wrote the files, this one has the result
                 if res is None:
                     raise RuntimeError(f"study {r.name!r} returned without writing {sdir / 'results.json'}")
                 r.status = "ran"
                 r.claims_hold, r.claims_total = _count_claims(res)
                 log(f"[{r.name}] done in {fmt_duration(r.wall_time_s)}: "
                     f"{r.claims_hold}/{r.claims_total} claims hold")
-                (sdir / "error.txt").unlink(missing_ok=True)
+                if main:
+                    (sdir / "error.txt").unlink(missing_ok=True)
             except Exception as e:
                 r.wall_time_s = time.perf_counter() - t0
                 r.status = "failed"
