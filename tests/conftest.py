@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 # intra-op threads fighting over cores made a 60-step toy training 20x slower.  Override with
 # DLMLAB_TEST_THREADS=N.
 torch.set_num_threads(int(os.environ.get("DLMLAB_TEST_THREADS", "1")))
+# Studies run their models on one worker process by default in tests (and in the `dlmlab` subprocesses
+# they start): spawning workers costs seconds each.  tests/test_parallel.py checks several workers.
+os.environ.setdefault("DLMLAB_WORKERS", "1")
 
 
 def tiny_transformer(seed: int = 0, **kw) -> Transformer:

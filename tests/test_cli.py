@@ -80,3 +80,11 @@ def test_parser_builds_every_registered_command():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert {"train", "eval"} <= set(sub.choices)
+
+
+@pytest.mark.parametrize("bad", ["0", "two"])
+def test_reproduce_rejects_a_bad_worker_count(bad, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["reproduce", "induction", "--preset", "smoke", "--out", str(tmp_path), "--workers", bad])
+    assert e.value.code == 2
+    assert "--workers" in capsys.readouterr().err and not any(tmp_path.iterdir())

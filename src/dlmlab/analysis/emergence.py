@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from tqdm.auto import tqdm
-
+from dlmlab.progress import bar
 from dlmlab.training import list_checkpoints, load_checkpoint
 
 
@@ -20,7 +19,7 @@ def checkpoint_curve(model, run_dir: str | Path, metric: Callable[[object], floa
     if not cks:
         raise FileNotFoundError(f"no checkpoints under {run_dir}/checkpoints")
     out = []
-    for step, path in tqdm(cks, desc="checkpoints", disable=not progress, leave=False):
+    for step, path in bar(cks, desc="checkpoints", disable=not progress, leave=False):
         load_checkpoint(path, model)
         model.eval()
         out.append((step, float(metric(model))))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from dlmlab.studies import STUDIES, load_study
+from dlmlab.studies.parallel import ENV_WORKERS
 from dlmlab.training.distributed import is_main_process
 
 
@@ -16,10 +18,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="smoke: seconds, for CI; cpu: minutes on 2 cores; paper: the study's scale, for a GPU")
     p.add_argument("--out", required=True, help="output directory (results.json, report.md, figures/)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help=f"processes that train a study's independent small models side by side (default: "
+                        f"${ENV_WORKERS}, else one per CPU core; 1 under torchrun and on a GPU)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {n}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    if args.workers is not None:
+        os.environ[ENV_WORKERS] = str(args.workers)  # read by every study (dlmlab.studies.parallel)
     if args.study == "all":
         from dlmlab.studies.all import StudiesFailed, run_all
 

@@ -8,7 +8,6 @@ by convention: data vocab + 1).  The model never predicts the mask token
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from dlmlab.objectives import schedule
 

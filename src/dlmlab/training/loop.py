@@ -17,8 +17,8 @@ from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-from tqdm.auto import tqdm
 
+from dlmlab.progress import bar as progress_bar
 from dlmlab.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from dlmlab.training.config import TrainConfig, lr_at
 from dlmlab.training.distributed import DistContext, init_from_env
@@ -101,7 +101,7 @@ def train(
             save_checkpoint(out, step, model, opt, state_extra, keep=cfg.keep_checkpoints)
         ctx.barrier()
 
-    bar = tqdm(total=cfg.steps, initial=start, desc=desc, disable=not (cfg.progress and ctx.is_main),
+    bar = progress_bar(total=cfg.steps, initial=start, desc=desc, disable=not (cfg.progress and ctx.is_main),
                dynamic_ncols=True, leave=False)
     log = open(metrics_path, "a") if (metrics_path and ctx.is_main) else None
     try:

@@ -23,6 +23,7 @@ from dlmlab.studies.induction import figures as figs
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
 from dlmlab.studies.induction.claims import CLAIM_IDS, all_claims
 from dlmlab.studies.induction.presets import PRESETS, InductionPreset
+from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.threads import torch_threads
 from dlmlab.training.distributed import is_main_process, sync
 from dlmlab.studies.induction.train import OBJECTIVES, load_data, train_model
@@ -125,6 +126,28 @@ def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, 
     return ex
 
 
+def _train_and_analyse(p: InductionPreset, data, n_layers: int, objective: str, run_dir: Path,
+                       eval_tokens: torch.Tensor, probe_tokens: torch.Tensor, progress: bool) -> dict:
+    """One job (possibly on a worker process): train (or resume) one model, then measure it."""
+    ts = time.time()
+    model, hist = train_model(p, data, n_layers, objective, run_dir, progress)
+    secs = time.time() - ts
+    meas = analyse_model(model, objective, p, data.vocab, eval_tokens, probe_tokens, run_dir, progress)
+    meas["train"] = {"final_loss": hist[-1]["loss"] if hist else None, "seconds": secs}
+    return _clean(meas)
+
+
+class _LazyModels:
+    """``trained[key]`` -> the finished model ``key`` (e.g. ``dlm_L2``), reloaded from its last checkpoint."""
+
+    def __init__(self, p: InductionPreset, data, out: Path):
+        self.p, self.data, self.out = p, data, out
+
+    def __getitem__(self, key: str):
+        obj, L = key.split("_L")
+        return train_model(self.p, self.data, int(L), obj, self.out / "runs" / key, progress=False)[0]
+
+
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
@@ -144,19 +167,18 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
                                   distinct=True)
     probe_tokens = mixed_batch(data.text_ids, p.probe_seqs, p.seq_len, p.p_repeated, data.lo, data.hi,
                                torch.Generator().manual_seed(p.seed + 2), p.min_half)
-    models, trained = {}, {}
+    jobs = []
     for L in p.depths:
         for obj in OBJECTIVES:
-            key = f"{obj}_L{L}"
-            run_dir = out / "runs" / key
+            run_dir = out / "runs" / f"{obj}_L{L}"
             _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(p), "objective": obj, "n_layers": L,
                                        "text_vocab": v.text_vocab})
-            ts = time.time()
-            model, hist = train_model(p, data, L, obj, run_dir, progress)
-            secs = time.time() - ts
-            meas = analyse_model(model, obj, p, v, eval_tokens, probe_tokens, run_dir, progress)
-            meas["train"] = {"final_loss": hist[-1]["loss"] if hist else None, "seconds": secs}
-            models[key], trained[key] = _clean(meas), model
+            jobs.append((p, data, L, obj, run_dir, eval_tokens, probe_tokens, progress))
+    workers = 1 if p.torch_device().startswith("cuda") else default_workers()
+    measured = map_jobs(_train_and_analyse, jobs, workers, desc="induction models", progress=progress,
+                        threads=p.threads)
+    models = {f"{obj}_L{L}": meas for (_, _, L, obj, *_), meas in zip(jobs, measured)}
+    trained = _LazyModels(p, data, out)
     claims = all_claims(models)
     figures = [
         figs.context_bars(out, models),

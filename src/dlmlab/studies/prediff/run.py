@@ -21,7 +21,9 @@ from dlmlab.studies.prediff.backbone import prepare
 from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speed
 from dlmlab.studies.prediff.figures import make_figures
+from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.prediff.presets import PRESETS
+from dlmlab.studies.threads import threads_for
 from dlmlab.training.distributed import is_main_process
 
 TITLE = "PreDiff-LM: adapting a pretrained causal LM to masked diffusion with hybrid attention"
@@ -31,6 +33,15 @@ def _sample_keys(method: str, steps: list[int]) -> list[tuple[str, int | None]]:
     if METHODS[method].is_diffusion:
         return [(f"{method}@{s}", s) for s in steps]
     return [(method, None)]
+
+
+def _adapt_job(name: str, backbone, stream: TokenStream, p, out: Path, progress: bool,
+               eval_x: torch.Tensor) -> tuple[float, list[dict], float]:
+    """One job (possibly on a worker process): adapt with ``name`` -> (held-out nll, curve, seconds)."""
+    t1 = time.time()
+    model, curve = adapt(name, backbone, stream, p, out, progress)
+    nll = held_out_nll(name, model, eval_x, p.eval_prompt_len, p.eval_n_t, seed=1)
+    return nll, curve, time.time() - t1
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
@@ -46,16 +57,18 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     prompts, refs = prompts_and_references(stream, p)
     res: dict = {"backbone": info["backbone"], "data": {k: v for k, v in info.items() if k != "backbone"},
                  "methods": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x)}
+    # the adaptations are independent: they run on worker processes, then each finished model is reloaded here
+    # from its last checkpoint
+    workers = 1 if p.device.startswith("cuda") else default_workers()
+    jobs = [(name, backbone, stream, p, out, progress, eval_x) for name in p.methods]
     models = {}
-    for name in p.methods:
+    for name, (nll, curve, secs) in zip(p.methods, map_jobs(_adapt_job, jobs, workers, desc="adaptations",
+                                                             progress=progress, threads=threads_for(p.model.d_model))):
         m = METHODS[name]
-        t1 = time.time()
-        model, curve = adapt(name, backbone, stream, p, out, progress)
-        nll = held_out_nll(name, model, eval_x, p.eval_prompt_len, p.eval_n_t, seed=1)
         res["methods"][name] = {"init": m.init, "attention": m.attention, "objective": m.objective,
                                 "bound": m.is_diffusion, "val_nll": nll, "val_ppl": math.exp(nll), "curve": curve,
-                                "seconds": time.time() - t1}
-        models[name] = model
+                                "seconds": secs}
+        models[name] = adapt(name, backbone, stream, p, out, progress=False)[0]  # resumes at its last step
 
     # threshold: the best held-out bound the from-scratch model reaches within the budget
     if "scratch" in res["methods"]:

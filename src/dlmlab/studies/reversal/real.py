@@ -27,8 +27,10 @@ from dlmlab.objectives import mdlm_loss
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.objectives.schedule import sample_t
 from dlmlab.report import Table, claim
+from dlmlab.studies.parallel import map_jobs
 from dlmlab.studies.reversal.presets import RealDataPreset
 from dlmlab.studies.reversal.synthetic import resolve_device
+from dlmlab.studies.threads import threads_for
 from dlmlab.tasks.relations import (TextFacts, celebrity_facts, encode_facts, load_celebrity_pairs,
                                     load_person_description, train_relation_tokenizer)
 from dlmlab.training import train
@@ -199,11 +201,16 @@ def train_real(cfg: RealDataPreset, task: RealTask, kind: str, positions: str, s
     return {"kind": kind, "positions": positions, "seed": seed, **res}
 
 
-def run_real(cfg: RealDataPreset, seed: int, progress: bool = True, device: str = "auto") -> dict:
-    """Train MDM and ARM forward-only on the person->description facts for each PE; rank completions."""
+def run_real(cfg: RealDataPreset, seed: int, progress: bool = True, device: str = "auto", workers: int = 1) -> dict:
+    """Train MDM and ARM forward-only on the person->description facts for each PE; rank completions.
+
+    The runs are independent and go to ``workers`` processes (see :mod:`dlmlab.studies.parallel`).
+    """
     cfg.validate()
     task = prepare(cfg)
-    runs = [train_real(cfg, task, kind, pe, seed, progress, device) for pe in cfg.positions for kind in ("mdm", "arm")]
+    jobs = [(cfg, task, kind, pe, seed, progress, device) for pe in cfg.positions for kind in ("mdm", "arm")]
+    runs = map_jobs(train_real, jobs, workers, desc="real-data runs", progress=progress,
+                    threads=threads_for(cfg.model.d_model))
     return {"runs": runs, "chance": 1.0 / cfg.n_facts, "n_facts": cfg.n_facts, "dataset": cfg.dataset,
             "n_train_docs": int(task.train.shape[0]), "tokenizer_vocab": task.tokenizer.vocab_size}
 

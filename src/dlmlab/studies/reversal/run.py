@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from dlmlab.report import StudyResult, Table, claim, write_study
 from dlmlab.studies.reversal import figures
 from dlmlab.studies.reversal.presets import PRESETS, ReversalPreset
-from dlmlab.studies.reversal.synthetic import run_one
+from dlmlab.studies.parallel import default_workers, map_jobs
+from dlmlab.studies.reversal.synthetic import resolve_device, run_one
 from dlmlab.studies.threads import threads_for, torch_threads
 
 TITLE = "Reversal curse in masked diffusion vs autoregressive models (storage-routing)"
@@ -185,11 +185,11 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
 def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True) -> StudyResult:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with torch_threads(threads_for(cfg.model.d_model)):
-        runs = []
-        grid = [(seed, kind, pe) for seed in cfg.seeds for kind in cfg.kinds for pe in cfg.positions]
-        for seed, kind, pe in tqdm(grid, desc="reversal runs", disable=not progress, dynamic_ncols=True):
-            runs.append(run_one(cfg, kind, pe, seed, progress))
+    workers = 1 if resolve_device(cfg.device).type == "cuda" else default_workers()
+    threads = threads_for(cfg.model.d_model)
+    with torch_threads(threads):
+        grid = [(cfg, kind, pe, seed, progress) for seed in cfg.seeds for kind in cfg.kinds for pe in cfg.positions]
+        runs = map_jobs(run_one, grid, workers, desc="reversal runs", progress=progress, threads=threads)
         summary = summarize(runs, cfg.kinds, cfg.positions)
         chance = runs[0]["chance"]
         claims = make_claims(summary, list(cfg.positions), list(cfg.kinds))
@@ -204,7 +204,7 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
         from dlmlab.studies.reversal.real import real_claim, real_table, run_real
 
         with torch_threads(threads_for(cfg.real.model.d_model)):
-            real = run_real(cfg.real, cfg.seeds[0], progress, cfg.device)
+            real = run_real(cfg.real, cfg.seeds[0], progress, cfg.device, workers=workers)
         results["real"] = real
         tabs.append(real_table(real))
         claims.append(real_claim(real))

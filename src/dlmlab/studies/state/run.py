@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from dlmlab.config import ConfigError
 from dlmlab.report import StudyResult, Table, write_study
+from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.state import figures
 from dlmlab.studies.state.cells import build, eval_data, make_task, run_cell
 from dlmlab.studies.state.claims import all_claims
 from dlmlab.studies.state.presets import PRESETS, StatePreset
 from dlmlab.studies.threads import threads_for, torch_threads
 from dlmlab.training import TrainConfig
+from dlmlab.training.distributed import is_main_process
 
 ENV_PRETRAINED = "DLMLAB_STATE_PRETRAINED"
 
@@ -59,16 +61,17 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
 
     variants = list(p.archs) + (["mamba-noconv"] if p.conv_ablation and "mamba" in p.archs else [])
     archs, missing = availability(variants, p)
-    cells: dict = {}
-    bar = tqdm(total=len(p.tasks) * len(archs), desc=f"state ({preset})", unit="cell", disable=not progress, dynamic_ncols=True)
-    for t in p.tasks:
-        task = make_task(t, p)
-        data = eval_data(task, p)
-        for a in archs:
-            bar.set_postfix_str(f"{a}/{t}")
-            cells[(a, t)] = run_cell(a, task, data, p, progress=progress, analyse=(a != "mamba-noconv"))
-            bar.update(1)
-    bar.close()
+    keys = [(a, t) for t in p.tasks for a in archs]
+    cells: dict = {k: c for k in keys if (c := load_cell(out, k, p)) is not None}
+    todo = [k for k in keys if k not in cells]
+    tasks = {t: make_task(t, p) for t in dict.fromkeys(t for _, t in todo)}
+    data = {t: eval_data(task, p) for t, task in tasks.items()}
+    jobs = [(a, tasks[t], data[t], p, progress, out) for a, t in todo]
+    threads = threads_for(p.d_model)
+    for k, cell in zip(todo, map_jobs(_cell_job, jobs, default_workers(), desc=f"state ({preset})",
+                                       progress=progress, threads=threads)):
+        cells[k] = cell
+    cells = {k: cells[k] for k in keys}  # table order: task-major, whatever finished first
 
     pretrained = []
     if p.pretrained_paths:
@@ -95,6 +98,47 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
     res.wall_time_s = time.perf_counter() - t_start
     write_study(out, res, TITLE)
     return res
+
+
+def _cell_path(out: Path, key: tuple[str, str]) -> Path:
+    return out / "cells" / f"{key[0]}__{key[1]}.json"
+
+
+def _cell_job(variant: str, task, data, p: StatePreset, progress: bool, out: Path) -> dict:
+    """One job (possibly on a worker process): train and analyse one cell, then save it for resuming."""
+    cell = run_cell(variant, task, data, p, progress=progress, analyse=(variant != "mamba-noconv"))
+    if is_main_process():
+        path = _cell_path(out, (variant, task.name))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"preset": dataclasses.asdict(p), "cell": cell}, default=_plain))
+        os.replace(tmp, path)
+    return cell
+
+
+def _plain(x):
+    if hasattr(x, "tolist"):  # numpy / torch scalars and arrays
+        return x.tolist()
+    raise TypeError(f"cannot save {type(x).__name__} in a state-study cell")
+
+
+def load_cell(out: Path, key: tuple[str, str], p: StatePreset) -> dict | None:
+    """A cell finished by an earlier run of the same preset (``out/cells/<arch>__<task>.json``), else None."""
+    path = _cell_path(out, key)
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None  # a torn write: recompute the cell
+    if saved.get("preset") != json.loads(json.dumps(dataclasses.asdict(p))):
+        return None
+    cell = saved["cell"]
+    # JSON turned the evaluation lengths (dict keys) into strings
+    cell["acc_by_len"] = {int(k): v for k, v in cell["acc_by_len"].items()}
+    if "ablation" in cell:
+        cell["ablation"] = {kind: {int(k): v for k, v in by_len.items()} for kind, by_len in cell["ablation"].items()}
+    return cell
 
 
 def setup_text(p: StatePreset, archs, missing, cells) -> str:

@@ -1,0 +1,114 @@
+"""Run a study's independent jobs (one small model each) on several worker processes.
+
+The studies' small models train fastest on one torch thread, so a sequential study leaves all but one
+core idle.  :func:`map_jobs` runs the jobs on ``workers`` one-thread processes instead.  Every job
+seeds itself, and single-threaded CPU kernels are deterministic, so the results do not depend on the
+number of workers (tests check this).  Under ``torchrun`` the ranks already share the work, so
+:func:`default_workers` is 1 there.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from typing import Any, Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from dlmlab.progress import bar, set_worker_line
+
+ENV_WORKERS = "DLMLAB_WORKERS"
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """``$DLMLAB_WORKERS`` if set, 1 under ``torchrun`` (several ranks), else the number of usable cores."""
+    env = os.environ.get(ENV_WORKERS, "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"{ENV_WORKERS} must be a whole number >= 1, got {env!r}") from None
+        if n < 1:
+            raise ValueError(f"{ENV_WORKERS} must be >= 1, got {n}")
+        return n
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return 1
+    return available_cores()
+
+
+def _init_worker(counter, lock, first_line: int, threads: int) -> None:
+    with lock:
+        counter.value += 1
+        slot = counter.value
+    tqdm.set_lock(lock)
+    set_worker_line(first_line + slot - 1)
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, desc: str = "jobs",
+             progress: bool = True, threads: int = 1) -> list:
+    """``[fn(*job) for job in jobs]``, on up to ``workers`` processes; results in the order of ``jobs``.
+
+    ``fn`` must be a module-level function and its arguments and results picklable (workers are
+    spawned, not forked).  Each worker runs with ``threads`` torch threads (0 = an equal share of the
+    cores).  With one worker the jobs run here, in this process, with its thread setting.
+    The first failing job's exception is raised here after the pending jobs are cancelled; jobs that
+    already finished keep whatever they wrote (checkpoints), so a re-run resumes.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    jobs = list(jobs)
+    outer = bar(total=len(jobs), desc=desc, unit="job", disable=not progress, dynamic_ncols=True, leave=False)
+    try:
+        results: list = []
+        if workers == 1 or len(jobs) <= 1:
+            for job in jobs:
+                results.append(fn(*job))
+                outer.update(1)
+            return results
+        n = min(workers, len(jobs))
+        threads = threads or max(1, available_cores() // n)
+        ctx = mp.get_context("spawn")
+        counter, lock = ctx.Value("i", 0), ctx.RLock()
+        first_line = outer.pos + 1 if progress else 0
+        results = [None] * len(jobs)
+        ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(counter, lock, first_line, threads))
+        try:
+            futures = {ex.submit(fn, *job): i for i, job in enumerate(jobs)}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    if f.exception() is not None:
+                        raise f.exception()
+                    results[futures[f]] = f.result()
+                    outer.update(1)
+        except BaseException:
+            _stop(ex)
+            raise
+        ex.shutdown(wait=True)
+        return results
+    finally:
+        outer.close()
+
+
+def _stop(ex: ProcessPoolExecutor) -> None:
+    """Cancel pending jobs and end the running ones now (their last checkpoints stay on disk)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(timeout=10)
