@@ -219,7 +219,7 @@ def test_cli_serves_on_localhost_and_stops_on_ctrl_c(tmp_path):
         status, page = _get(m.group(1))
         assert status == 200 and "choose-left" in page
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=20)
+        out, _ = proc.communicate(timeout=60)  # generous: a loaded 2-core CI machine can be slow to start Python
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)

@@ -94,8 +94,8 @@ def patch_mask_rate(model, tokens: torch.Tensor, mask_id: int, point: str, direc
                     high: float = 0.8, seed: int = 0, chunk: int = 64) -> dict[str, float]:
     """Entropy change at masked positions of a low-corruption input when the probe direction is patched in.
 
-    Returns {entropy_clean, entropy_patched, delta, delta_random, probe_shift, n_masked} (entropies in nats,
-    means over the masked positions of the low-rate input; probe_shift = mean projection change).
+    Returns {entropy_clean, entropy_patched, delta, delta_random, probe_shift, n_masked, low, high} (entropies
+    in nats, means over the masked positions of the low-rate input; probe_shift = mean projection change).
     """
     if not 0.0 < low < high <= 1.0:
         raise ValueError(f"need 0 < low < high <= 1, got low={low}, high={high}")
@@ -134,4 +134,4 @@ def patch_mask_rate(model, tokens: torch.Tensor, mask_id: int, point: str, direc
     n = int(m_low.sum())
     h0, h1, h2 = (sums / max(n, 1)).tolist()
     return {"entropy_clean": h0, "entropy_patched": h1, "delta": h1 - h0, "delta_random": h2 - h0,
-            "probe_shift": shift_sum / tokens.numel(), "n_masked": n}
+            "probe_shift": shift_sum / tokens.numel(), "n_masked": n, "low": low, "high": high}

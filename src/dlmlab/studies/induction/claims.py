@@ -131,14 +131,16 @@ def mask_rate_probe_r2(models: dict, thr: float = 0.5) -> Claim:
 
 
 def mask_rate_patch_raises_entropy(models: dict) -> Claim:
-    ev, ok = {}, []
+    ev, ok, rates = {}, [], set()
     for L, m in _deep(models, "dlm").items():
         pt = m["patch"]
         ev[f"L{L}_point"], ev[f"L{L}_delta_entropy"], ev[f"L{L}_delta_random"] = pt["point"], pt["delta"], pt["delta_random"]
+        rates.add((pt.get("high"), pt.get("low")))
         ok.append(pt["delta"] > 0 and pt["delta"] > pt["delta_random"])
+    high, low = rates.pop() if len(rates) == 1 else ("high", "low")
     return claim("mask_rate_patch_raises_entropy",
-                 "Patching the probe's mask-rate direction from a high- (0.8) into a low-corruption (0.15) input raises "
-                 "the prediction entropy at masked positions, more than the same shift along a random direction",
+                 f"Patching the probe's mask-rate direction from a high- ({high}) into a low-corruption ({low}) input "
+                 "raises the prediction entropy at masked positions, more than the same shift along a random direction",
                  all(ok) if ok else None, **ev)
 
 
