@@ -48,15 +48,21 @@ def test_default_workers_reads_the_environment(monkeypatch):
     assert default_workers() == 1  # under torchrun the ranks share the work instead
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert default_workers() >= 1
+    assert default_workers("cuda:0") == 1  # one GPU: the jobs take turns on it
 
 
-def test_induction_study_gives_the_same_results_on_two_workers(tmp_path, monkeypatch):
-    study = load_study("induction")
+def _smoke_on_1_and_2_workers(name: str, tmp_path, monkeypatch) -> dict:
+    """{"1": results.json, "2": results.json} of the study's smoke preset run on 1 and on 2 workers."""
     out = {}
     for workers in ("1", "2"):
         monkeypatch.setenv(ENV_WORKERS, workers)
-        study.run("smoke", tmp_path / workers, progress=False)
+        load_study(name).run("smoke", tmp_path / workers, progress=False)
         out[workers] = json.loads((tmp_path / workers / "results.json").read_text())
+    return out
+
+
+def test_induction_study_gives_the_same_results_on_two_workers(tmp_path, monkeypatch):
+    out = _smoke_on_1_and_2_workers("induction", tmp_path, monkeypatch)
     one, two = out["1"]["results"]["models"], out["2"]["results"]["models"]
     assert set(one) == set(two)
     for key, m in one.items():
@@ -68,12 +74,7 @@ def test_induction_study_gives_the_same_results_on_two_workers(tmp_path, monkeyp
 
 def test_prediff_adaptations_on_two_workers_match_one(tmp_path, monkeypatch):
     """The adapted models travel to the workers and back through their checkpoints unchanged."""
-    study = load_study("prediff")
-    out = {}
-    for workers in ("1", "2"):
-        monkeypatch.setenv(ENV_WORKERS, workers)
-        study.run("smoke", tmp_path / workers, progress=False)
-        out[workers] = json.loads((tmp_path / workers / "results.json").read_text())["results"]
+    out = {k: r["results"] for k, r in _smoke_on_1_and_2_workers("prediff", tmp_path, monkeypatch).items()}
     for name, m in out["1"]["methods"].items():
         m2 = out["2"]["methods"][name]
         assert (m2["val_nll"], m2["curve"]) == (m["val_nll"], m["curve"]), name

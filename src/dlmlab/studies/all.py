@@ -26,6 +26,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from dlmlab import studies
+from dlmlab.files import atomic_write_text
 from dlmlab.report.html import fmt_duration, write_report
 from dlmlab.report.results import load_results
 from dlmlab.training.distributed import is_main_process, sync
@@ -64,12 +65,6 @@ def _load_module(name: str):
         if e.name and modname.startswith(e.name):
             return None
         raise
-
-
-def _atomic_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 def _read_manifest(out: Path) -> dict:
@@ -178,7 +173,7 @@ def _write_outputs(out: Path, preset: str, runs: list[StudyRun], env: dict, star
         "studies": {r.name: asdict(r) for r in runs},
         "environment": env,
     }
-    _atomic_json(out / MANIFEST, manifest)
+    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1))
     return write_report(out, manifest)
 
 

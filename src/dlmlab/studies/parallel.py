@@ -29,8 +29,9 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def default_workers() -> int:
-    """``$DLMLAB_WORKERS`` if set, 1 under ``torchrun`` (several ranks), else the number of usable cores."""
+def default_workers(device: str = "cpu") -> int:
+    """``$DLMLAB_WORKERS`` if set, else 1 on a GPU (``device`` cuda / auto with CUDA present) or under
+    ``torchrun`` (several ranks), else the number of usable cores."""
     env = os.environ.get(ENV_WORKERS, "").strip()
     if env:
         try:
@@ -40,7 +41,8 @@ def default_workers() -> int:
         if n < 1:
             raise ValueError(f"{ENV_WORKERS} must be >= 1, got {n}")
         return n
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    on_gpu = str(device).startswith("cuda") or (str(device) == "auto" and torch.cuda.is_available())
+    if on_gpu or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return 1
     return available_cores()
 

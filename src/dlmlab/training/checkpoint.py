@@ -14,15 +14,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from dlmlab.files import atomic_write_text
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match the model."""
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def save_optimizer(opt: torch.optim.Optimizer, path: Path) -> dict:
@@ -73,7 +69,7 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.op
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _atomic_write_text(ckdir / "latest.json", json.dumps({"step": step, "path": name}))
+    atomic_write_text(ckdir / "latest.json", json.dumps({"step": step, "path": name}))
     if keep:
         steps = sorted(p for p in ckdir.glob("step_*") if p.is_dir() and not p.name.endswith(".partial"))
         for old in steps[:-keep]:

@@ -14,6 +14,7 @@ import torch
 
 from dlmlab.config import ConfigError, from_dict, load_yaml, require
 from dlmlab.data import DataConfig, TokenStream, load_corpus, load_tokenizer
+from dlmlab.files import atomic_write_text
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.objectives import ar_loss, mdlm_loss
 from dlmlab.objectives.schedule import sample_t
@@ -83,12 +84,6 @@ def evaluate_lm(model: Transformer, cfg: RunConfig, stream: TokenStream, vocab: 
     return {"nelbo": nll, "ppl_bound": math.exp(nll)}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
     """Train per ``cfg`` into ``out_dir`` (config.json, tokenizer.json, metrics.jsonl, checkpoints/)."""
     out = Path(out_dir)
@@ -108,7 +103,7 @@ def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> di
             tmp = tok_path.with_name("tokenizer.json.tmp")
             tokenizer.save(tmp)
             os.replace(tmp, tok_path)
-        _atomic_write(cfg_path, json.dumps(dataclasses.asdict(cfg), indent=1))
+        atomic_write_text(cfg_path, json.dumps(dataclasses.asdict(cfg), indent=1))
     ctx.barrier()
     if not ctx.is_main:
         stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path))
@@ -120,7 +115,7 @@ def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> di
                     desc=f"train {cfg.objective}")
     final = evaluate_lm(model, cfg, stream, tokenizer.vocab_size)
     if ctx.is_main:
-        _atomic_write(out / "eval.json", json.dumps(final, indent=1))
+        atomic_write_text(out / "eval.json", json.dumps(final, indent=1))
     return {"history": history, "eval": final}
 
 

@@ -174,8 +174,7 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
             _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(p), "objective": obj, "n_layers": L,
                                        "text_vocab": v.text_vocab})
             jobs.append((p, data, L, obj, run_dir, eval_tokens, probe_tokens, progress))
-    workers = 1 if p.torch_device().startswith("cuda") else default_workers()
-    measured = map_jobs(_train_and_analyse, jobs, workers, desc="induction models", progress=progress,
+    measured = map_jobs(_train_and_analyse, jobs, default_workers(p.device), desc="induction models", progress=progress,
                         threads=p.threads)
     models = {f"{obj}_L{L}": meas for (_, _, L, obj, *_), meas in zip(jobs, measured)}
     trained = _LazyModels(p, data, out)

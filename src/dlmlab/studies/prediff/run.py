@@ -16,12 +16,12 @@ from dlmlab.metrics import find_lambada, mean_pooled_features, rep_n, self_bleu,
 from dlmlab.metrics.likelihood import generative_perplexity
 from dlmlab.prediff import METHODS
 from dlmlab.report import StudyResult, Table, write_study
+from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.prediff.adapt import adapt, held_out_nll
 from dlmlab.studies.prediff.backbone import prepare
 from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speed
 from dlmlab.studies.prediff.figures import make_figures
-from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.prediff.presets import PRESETS
 from dlmlab.studies.threads import threads_for
 from dlmlab.training.distributed import is_main_process
@@ -59,10 +59,9 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
                  "methods": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x)}
     # the adaptations are independent: they run on worker processes, then each finished model is reloaded here
     # from its last checkpoint
-    workers = 1 if p.device.startswith("cuda") else default_workers()
     jobs = [(name, backbone, stream, p, out, progress, eval_x) for name in p.methods]
     models = {}
-    for name, (nll, curve, secs) in zip(p.methods, map_jobs(_adapt_job, jobs, workers, desc="adaptations",
+    for name, (nll, curve, secs) in zip(p.methods, map_jobs(_adapt_job, jobs, default_workers(p.device), desc="adaptations",
                                                              progress=progress, threads=threads_for(p.model.d_model))):
         m = METHODS[name]
         res["methods"][name] = {"init": m.init, "attention": m.attention, "objective": m.objective,

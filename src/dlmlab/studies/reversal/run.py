@@ -12,7 +12,7 @@ from dlmlab.report import StudyResult, Table, claim, write_study
 from dlmlab.studies.reversal import figures
 from dlmlab.studies.reversal.presets import PRESETS, ReversalPreset
 from dlmlab.studies.parallel import default_workers, map_jobs
-from dlmlab.studies.reversal.synthetic import resolve_device, run_one
+from dlmlab.studies.reversal.synthetic import run_one
 from dlmlab.studies.threads import threads_for, torch_threads
 
 TITLE = "Reversal curse in masked diffusion vs autoregressive models (storage-routing)"
@@ -185,7 +185,7 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
 def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True) -> StudyResult:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    workers = 1 if resolve_device(cfg.device).type == "cuda" else default_workers()
+    workers = default_workers(cfg.device)
     threads = threads_for(cfg.model.d_model)
     with torch_threads(threads):
         grid = [(cfg, kind, pe, seed, progress) for seed in cfg.seeds for kind in cfg.kinds for pe in cfg.positions]

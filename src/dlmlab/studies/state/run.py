@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from dlmlab.config import ConfigError
+from dlmlab.files import atomic_write_text
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.state import figures
@@ -110,9 +111,7 @@ def _cell_job(variant: str, task, data, p: StatePreset, progress: bool, out: Pat
     if is_main_process():
         path = _cell_path(out, (variant, task.name))
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"preset": dataclasses.asdict(p), "cell": cell}, default=_plain))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps({"preset": dataclasses.asdict(p), "cell": cell}, default=_plain))
     return cell
 
 
