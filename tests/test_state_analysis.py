@@ -124,3 +124,19 @@ def test_works_on_toolkit_transformer():
     res = patch_positions(m, x, ParityTask().corrupt(x, 3), y[:, -1], 1 - y[:, -1], ["blocks.1.resid_post"],
                           positions=[11])
     assert res.recovered[0, 0] == pytest.approx(1.0, abs=1e-4)  # last layer at the read-out position
+
+
+def test_probe_records_non_convergence_instead_of_warning():
+    import warnings
+
+    from dlmlab.analysis.probes import probe_classification
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int) + (X[:, 2] > 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ConvergenceWarning escaping would fail here
+        short = probe_classification(X, y, max_iter=1)
+        full = probe_classification(X, y, max_iter=500)
+    assert not short.converged
+    assert full.converged

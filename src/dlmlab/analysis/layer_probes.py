@@ -76,7 +76,7 @@ class LayerProbe:
     def to_dict(self) -> dict:
         return {"name": self.name, "layer": self.layer, "accuracy": self.accuracy,
                 "control_accuracy": self.control_accuracy, "selectivity": self.selectivity,
-                "train_accuracy": self.train_accuracy}
+                "train_accuracy": self.train_accuracy, "converged": self.probe.converged}
 
 
 def token_control_labels(tokens: np.ndarray, labels: np.ndarray, seed: int = 0) -> np.ndarray:

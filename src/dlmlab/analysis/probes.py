@@ -1,17 +1,20 @@
 """Linear probes on activations (scikit-learn), scored on held-out data.
 
 ``probe_classification`` fits a logistic-regression probe and returns held-out
-accuracy; ``probe_regression`` fits ridge regression and returns held-out R^2.
+accuracy (a solver that stops at ``max_iter`` is recorded in ``converged``, not
+printed as a warning); ``probe_regression`` fits ridge regression and returns held-out R^2.
 Both split by *sequence* groups when ``groups`` is given so that positions of one
 sequence never land on both sides.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import GroupShuffleSplit, train_test_split
 from sklearn.preprocessing import StandardScaler
@@ -24,6 +27,7 @@ class ProbeResult:
     direction: np.ndarray  # [D] unit direction in the *raw* activation space (top class / regression)
     model: object
     scaler: StandardScaler
+    converged: bool = True  # False: the solver stopped at max_iter (recorded instead of warning)
 
 
 def _np(x) -> np.ndarray:
@@ -54,12 +58,18 @@ def probe_classification(X, y, groups=None, test_size: float = 0.25, seed: int =
     tr, te = _split(len(y), test_size, seed, groups, stratify=y)
     scaler = StandardScaler().fit(X[tr])
     clf = LogisticRegression(C=C, max_iter=max_iter)
-    clf.fit(scaler.transform(X[tr]), y[tr])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        clf.fit(scaler.transform(X[tr]), y[tr])
+    converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    for w in caught:  # anything else is passed on
+        if not issubclass(w.category, ConvergenceWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     coef = clf.coef_[0] if clf.coef_.shape[0] == 1 else clf.coef_[np.argmax(np.bincount(y[tr]))]
     return ProbeResult(
         score=float(clf.score(scaler.transform(X[te]), y[te])),
         train_score=float(clf.score(scaler.transform(X[tr]), y[tr])),
-        direction=_raw_direction(coef, scaler), model=clf, scaler=scaler,
+        direction=_raw_direction(coef, scaler), model=clf, scaler=scaler, converged=converged,
     )
 
 

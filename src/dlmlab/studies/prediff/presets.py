@@ -30,9 +30,9 @@ class PreDiffPreset:
     backbone_kind: Literal["gpt2", "llama"] = "gpt2"
     model: TransformerConfig = field(default_factory=lambda: TransformerConfig(
         d_model=128, n_layers=4, n_heads=4, d_mlp=512, mlp="gelu_new", max_seq_len=128))
-    pretrain: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500, batch_size=32, lr=2e-3, warmup_steps=100,
+    pretrain: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000, batch_size=32, lr=2e-3, warmup_steps=100,
                                                                        log_every=50, keep_checkpoints=1))
-    adapt: TrainConfig = field(default_factory=lambda: TrainConfig(steps=400, batch_size=32, lr=5e-4, warmup_steps=20,
+    adapt: TrainConfig = field(default_factory=lambda: TrainConfig(steps=300, batch_size=32, lr=5e-4, warmup_steps=20,
                                                                     log_every=25, keep_checkpoints=1))
     scratch_lr: float = 2e-3  # from-scratch training gets the pretraining learning rate
     methods: list[str] = field(default_factory=lambda: list(METHODS))
