@@ -5,16 +5,36 @@ BIN := $(VENV)/bin
 OUT ?= runs/all
 PRESET ?= cpu
 
-.PHONY: setup demo test test-all browser bench clean
+.PHONY: setup lock demo test test-all test-latest browser bench clean
 
-$(BIN)/.installed: pyproject.toml
+LOCK := requirements/lock.txt
+LATEST_VENV ?= .venv-latest
+
+# Every direct and transitive dependency at the exact version in $(LOCK); the package itself
+# without dependency resolution, so nothing pip picks on the day can slip in.
+$(BIN)/.installed: pyproject.toml $(LOCK)
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -r $(LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 setup: $(BIN)/.installed
+
+# Recompile the lock from pyproject.toml (newest releases allowed by requirements/pins.txt).
+lock:
+	$(PY) -m venv .venv-lock
+	.venv-lock/bin/pip install -q pip-tools
+	.venv-lock/bin/pip-compile -q --extra dev --allow-unsafe --strip-extras --upgrade \
+	  --no-emit-index-url --no-emit-find-links -c requirements/pins.txt -o $(LOCK) pyproject.toml
+
+# The newest releases of everything (no lock, no pins) in a separate venv: shows upstream
+# breakage early.  Not part of CI.
+test-latest: browser
+	rm -rf $(LATEST_VENV)
+	$(PY) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install -q --upgrade -e '.[dev]'
+	$(LATEST_VENV)/bin/pip freeze | grep -i -E '^(torch|transformers|numpy|scikit-learn|tokenizers|safetensors)=='
+	$(LATEST_VENV)/bin/python -m pytest -m "not slow"
 
 # Headless Chromium for the report / rating-page tests (Debian package; needs root or sudo).
 browser:
@@ -33,4 +53,4 @@ bench: setup
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) .venv-lock runs .pytest_cache
