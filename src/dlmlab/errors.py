@@ -1,7 +1,13 @@
-"""Errors that mean bad user input: the CLI prints them as one line, without a traceback."""
+"""The one exception type for bad user input.
 
-from dlmlab.config import ConfigError
-from dlmlab.data.paths import DataNotFound
-from dlmlab.training.checkpoint import CheckpointError
+The CLI prints a `UserError` as one line (naming the file or field and what to do) and exits
+with code 2; any other exception is a bug and prints its traceback.  This module imports
+nothing from the package, so every module can raise `UserError` without import cycles.
+"""
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataNotFound, CheckpointError, ValueError, FileNotFoundError)
+
+class UserError(Exception):
+    """Bad input from the user: a config, a file, a token id, a CLI argument, a busy folder."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError,)

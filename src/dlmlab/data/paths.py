@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from dlmlab.errors import UserError
 
 
-class DataNotFound(FileNotFoundError):
+class DataNotFound(UserError, FileNotFoundError):
     pass
 
 

@@ -15,9 +15,10 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from dlmlab.files import atomic_write_text
+from dlmlab.errors import UserError
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint is missing, incomplete or does not match the model."""
 
 
