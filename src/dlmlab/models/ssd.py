@@ -1,12 +1,13 @@
-"""Mamba-2 state space duality (SSD) scan in pure PyTorch, single B/C group.
+"""Mamba-2 state space duality (SSD) scan in pure PyTorch, with B/C groups.
 
-Per head h (scalar decay ``A[h] < 0``), with state [P, N]::
+Per head h (scalar decay ``A[h] < 0``), reading B/C group ``g = h // (H / G)``, with state [P, N]::
 
     S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T        S_{-1} = 0
     y_t = S_t C_t
 
 Shapes: ``x`` [B,T,H,P], ``dt`` [B,T,H] (positive, after softplus), ``A`` [H],
-``Bm, Cm`` [B,T,N] -> ``y`` [B,T,H,P].
+``Bm, Cm`` [B,T,N] (one group shared by all heads) or [B,T,G,N] (``H`` a multiple of ``G``;
+consecutive heads share a group, as in the reference Mamba-2) -> ``y`` [B,T,H,P].
 
 :func:`ssd_scan` is the chunked SSD algorithm (Dao & Gu 2024, "minimal SSD"):
 within a chunk of ``chunk`` steps the output is a masked attention-like product
@@ -21,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 
-def _check(x, dt, A, Bm, Cm) -> None:
+def _grouped(x, dt, A, Bm, Cm) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check shapes; return B and C as [B,T,G,N]."""
     if x.dim() != 4:
         raise ValueError(f"x must be [B,T,H,P], got {tuple(x.shape)}")
     Bsz, T, H, _ = x.shape
@@ -29,8 +31,15 @@ def _check(x, dt, A, Bm, Cm) -> None:
         raise ValueError(f"dt must be [B,T,H]={(Bsz, T, H)}, got {tuple(dt.shape)}")
     if tuple(A.shape) != (H,):
         raise ValueError(f"A must be [H]={(H,)}, got {tuple(A.shape)}")
-    if Bm.dim() != 3 or Bm.shape[:2] != (Bsz, T) or Cm.shape != Bm.shape:
-        raise ValueError(f"B and C must be [B,T,N] with B,T={(Bsz, T)}, got {tuple(Bm.shape)}, {tuple(Cm.shape)}")
+    if Bm.dim() not in (3, 4) or Bm.shape[:2] != (Bsz, T) or Cm.shape != Bm.shape:
+        raise ValueError(
+            f"B and C must be [B,T,N] or [B,T,G,N] with B,T={(Bsz, T)}, got {tuple(Bm.shape)}, {tuple(Cm.shape)}"
+        )
+    if Bm.dim() == 3:
+        Bm, Cm = Bm[:, :, None], Cm[:, :, None]
+    if H % Bm.shape[2]:
+        raise ValueError(f"the number of heads ({H}) must be a multiple of the number of B/C groups ({Bm.shape[2]})")
+    return Bm, Cm
 
 
 def segsum(a: torch.Tensor) -> torch.Tensor:
@@ -48,29 +57,36 @@ def segsum(a: torch.Tensor) -> torch.Tensor:
 
 def ssd_scan_ref(x, dt, A, Bm, Cm, return_states: bool = False):
     """Sequential reference; ``return_states`` also returns S [B,T,H,P,N]."""
-    _check(x, dt, A, Bm, Cm)
+    Bm, Cm = _grouped(x, dt, A, Bm, Cm)
     Bsz, T, H, P = x.shape
-    S = x.new_zeros(Bsz, H, P, Bm.shape[-1])
+    N = Bm.shape[-1]
+    Bh = Bm.repeat_interleave(H // Bm.shape[2], dim=2)  # [B,T,H,N]
+    Ch = Cm.repeat_interleave(H // Cm.shape[2], dim=2)
+    S = x.new_zeros(Bsz, H, P, N)
     ys, states = [], []
     for t in range(T):
         decay = torch.exp(dt[:, t] * A)[:, :, None, None]  # [B,H,1,1]
-        S = decay * S + (dt[:, t, :, None] * x[:, t])[..., None] * Bm[:, t, None, None, :]
-        ys.append(S @ Cm[:, t, None, :, None])
+        S = decay * S + (dt[:, t, :, None] * x[:, t])[..., None] * Bh[:, t, :, None, :]
+        ys.append(S @ Ch[:, t, :, :, None])
         if return_states:
             states.append(S)
     y = torch.stack(ys, 1)[..., 0] if T else x.new_zeros(x.shape)
     if return_states:
-        return y, (torch.stack(states, 1) if T else x.new_zeros(Bsz, 0, H, P, Bm.shape[-1]))
+        return y, (torch.stack(states, 1) if T else x.new_zeros(Bsz, 0, H, P, N))
     return y
 
 
 def ssd_scan(x, dt, A, Bm, Cm, chunk: int = 64):
-    """Chunked SSD; equals :func:`ssd_scan_ref` up to rounding."""
-    _check(x, dt, A, Bm, Cm)
+    """Chunked SSD; equals :func:`ssd_scan_ref` up to rounding.
+
+    Inside, heads are split as H = G x R (group g, head r within the group).
+    """
+    Bm, Cm = _grouped(x, dt, A, Bm, Cm)
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     Bsz, T, H, P = x.shape
-    N = Bm.shape[-1]
+    G, N = Bm.shape[2:]
+    R = H // G
     if T == 0:
         return x.new_zeros(x.shape)
     L = min(chunk, T)
@@ -80,30 +96,30 @@ def ssd_scan(x, dt, A, Bm, Cm, chunk: int = 64):
     if pad:
         xdt = F.pad(xdt, (0, 0, 0, 0, 0, pad))
         a = F.pad(a, (0, 0, 0, pad))
-        Bm = F.pad(Bm, (0, 0, 0, pad))
-        Cm = F.pad(Cm, (0, 0, 0, pad))
+        Bm = F.pad(Bm, (0, 0, 0, 0, 0, pad))
+        Cm = F.pad(Cm, (0, 0, 0, 0, 0, pad))
     nc = (T + pad) // L
-    xdt = xdt.reshape(Bsz, nc, L, H, P)
-    a = a.reshape(Bsz, nc, L, H).permute(0, 3, 1, 2)  # [B,H,c,L]
-    Bc = Bm.reshape(Bsz, nc, L, N)
-    Cc = Cm.reshape(Bsz, nc, L, N)
-    a_cum = torch.cumsum(a, dim=-1)  # [B,H,c,L]
+    xdt = xdt.reshape(Bsz, nc, L, G, R, P)
+    a = a.reshape(Bsz, nc, L, G, R).permute(0, 3, 4, 1, 2)  # [B,G,R,c,L]
+    Bc = Bm.reshape(Bsz, nc, L, G, N)
+    Cc = Cm.reshape(Bsz, nc, L, G, N)
+    a_cum = torch.cumsum(a, dim=-1)  # [B,G,R,c,L]
     # 1. intra-chunk (diagonal blocks)
-    decay = torch.exp(segsum(a))  # [B,H,c,L(l),L(s)]
-    scores = torch.einsum("bcln,bcsn->bcls", Cc, Bc)  # [B,c,l,s]
-    M = scores[:, None] * decay  # [B,H,c,l,s]
-    y = torch.einsum("bhcls,bcshp->bclhp", M, xdt)
+    decay = torch.exp(segsum(a))  # [B,G,R,c,L(l),L(s)]
+    scores = torch.einsum("bclgn,bcsgn->bgcls", Cc, Bc)  # [B,G,c,l,s]
+    M = scores[:, :, None] * decay  # [B,G,R,c,l,s]
+    y = torch.einsum("bgrcls,bcsgrp->bclgrp", M, xdt)
     # 2. state contributed by each chunk at its end
-    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [B,H,c,L]
-    chunk_states = torch.einsum("bcln,bhcl,bclhp->bchpn", Bc, decay_to_end, xdt)
+    decay_to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [B,G,R,c,L]
+    chunk_states = torch.einsum("bclgn,bgrcl,bclgrp->bcgrpn", Bc, decay_to_end, xdt)
     # 3. states entering each chunk (recurrence over chunks)
-    chunk_decay = torch.exp(a_cum[..., -1])  # [B,H,c]
+    chunk_decay = torch.exp(a_cum[..., -1])  # [B,G,R,c]
     entering = []
-    S = x.new_zeros(Bsz, H, P, N)
+    S = x.new_zeros(Bsz, G, R, P, N)
     for c in range(nc):
         entering.append(S)
-        S = chunk_decay[:, :, c, None, None] * S + chunk_states[:, c]
-    S_in = torch.stack(entering, 1)  # [B,c,H,P,N]
+        S = chunk_decay[..., c, None, None] * S + chunk_states[:, c]
+    S_in = torch.stack(entering, 1)  # [B,c,G,R,P,N]
     # 4. contribution of the entering state inside each chunk
-    y = y + torch.einsum("bcln,bchpn,bhcl->bclhp", Cc, S_in, torch.exp(a_cum))
+    y = y + torch.einsum("bclgn,bcgrpn,bgrcl->bclgrp", Cc, S_in, torch.exp(a_cum))
     return y.reshape(Bsz, nc * L, H, P)[:, :T]
