@@ -165,7 +165,7 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
     half = p.seq_len // 2
     eval_tokens = repeated_tokens(p.eval_seqs, half, data.lo, data.hi, torch.Generator().manual_seed(p.seed + 1),
                                   distinct=True)
-    probe_tokens = mixed_batch(data.text_ids, p.probe_seqs, p.seq_len, p.p_repeated, data.lo, data.hi,
+    probe_tokens = mixed_batch(data.val_ids, p.probe_seqs, p.seq_len, p.p_repeated, data.lo, data.hi,
                                torch.Generator().manual_seed(p.seed + 2), p.min_half)
     jobs = []
     for L in p.depths:

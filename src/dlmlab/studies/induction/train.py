@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from dlmlab.data import DataConfig, load_corpus
+from dlmlab.data.corpus import tokenise_corpus
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.objectives import ar_loss, mdlm_loss
 from dlmlab.objectives.schedule import sample_t
@@ -24,17 +24,30 @@ class Data:
     vocab: RepeatedVocab
     lo: int  # repeated random tokens are drawn from ids [lo, hi)
     hi: int
+    val_ids: torch.Tensor | None = None  # [M] held-out text (probes, head scores on text)
+    files: tuple[str, ...] = ()  # the corpus files read
 
 
 def load_data(p: InductionPreset) -> Data:
-    stream, tok = load_corpus(DataConfig(source=p.text_source, tokenizer=p.tokenizer, bpe_vocab=p.bpe_vocab,
-                                         seq_len=p.seq_len))
-    v = RepeatedVocab(tok.vocab_size, p.n_random)
-    if p.random_ids == "text":
-        if tok.vocab_size < p.seq_len // 2:
-            raise ValueError(f"text vocabulary ({tok.vocab_size}) is smaller than seq_len/2 = {p.seq_len // 2}")
-        return Data(stream.train, v, 0, tok.vocab_size)
-    return Data(stream.train, v, v.lo, v.hi)
+    c = tokenise_corpus(p.text_source, p.tokenizer, p.bpe_vocab, max_chars=p.max_chars or None,
+                        text_field=p.text_field)
+    n_tok = c.tokenizer.vocab_size
+    v = RepeatedVocab(n_tok, p.n_random)
+    lo, hi = (0, n_tok) if p.random_ids == "text" else (v.lo, v.hi)
+    if p.random_ids == "text" and n_tok < p.seq_len // 2:
+        raise ValueError(f"text vocabulary ({n_tok}) is smaller than seq_len/2 = {p.seq_len // 2}")
+    return Data(c.train, v, lo, hi, c.val, tuple(c.files))
+
+
+def p_repeated_at(p: InductionPreset, step: int) -> float:
+    """The curriculum: text only for the first ``text_steps`` steps, then ``p_repeated`` repeat rows."""
+    return 0.0 if step < p.text_steps else p.p_repeated
+
+
+def text_epochs(p: InductionPreset, n_text_tokens: int) -> float:
+    """Expected passes over the training text: text rows x seq_len / corpus tokens."""
+    rows = p.text_steps * p.batch_size + (p.steps - p.text_steps) * p.batch_size * (1 - p.p_repeated)
+    return rows * p.seq_len / max(1, n_text_tokens)
 
 
 def model_config(p: InductionPreset, vocab: RepeatedVocab, n_layers: int, objective: str) -> TransformerConfig:
@@ -62,7 +75,7 @@ def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, o
     T = p.seq_len
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
-        x = mixed_batch(data.text_ids, p.batch_size, T, p.p_repeated, data.lo, data.hi, gen, p.min_half)
+        x = mixed_batch(data.text_ids, p.batch_size, T, p_repeated_at(p, step), data.lo, data.hi, gen, p.min_half)
         if objective == "ar":
             return {"tokens": x.to(dev)}
         t = p.t_min + (p.t_max - p.t_min) * sample_t(p.batch_size, gen, eps=0.0)  # antithetic U[t_min, t_max]
