@@ -94,8 +94,6 @@ def hf_mamba_config(hf: dict, n_out: int = 0) -> MambaConfig | Mamba2Config:
         rank = math.ceil(d / 16) if rank == "auto" else int(rank)
         cfg = MambaConfig(dt_rank=rank, **common)
     elif kind == "mamba2":
-        if int(hf.get("n_groups", 1)) != 1:
-            raise ConfigError(f"only n_groups=1 Mamba-2 checkpoints are supported, got n_groups={hf['n_groups']}")
         limit = hf.get("time_step_limit", (0.0, float("inf")))
         if limit is not None and (_num(limit[0]) > 0 or math.isfinite(_num(limit[1]))):
             raise ConfigError(f"time_step_limit {limit} (dt clamping) is not supported")
@@ -103,7 +101,7 @@ def hf_mamba_config(hf: dict, n_out: int = 0) -> MambaConfig | Mamba2Config:
         common["d_inner"] = int(hf.get("expand", 2) * d)
         if int(hf.get("num_heads", common["d_inner"] // head_dim)) * head_dim != common["d_inner"]:
             raise ConfigError(f"num_heads*head_dim ({hf.get('num_heads')}*{head_dim}) != intermediate size {common['d_inner']}")
-        cfg = Mamba2Config(headdim=head_dim, **common)
+        cfg = Mamba2Config(headdim=head_dim, n_groups=int(hf.get("n_groups", 1)), **common)
     cfg.validate()
     return cfg
 

@@ -1,17 +1,17 @@
 """Mamba-2 (SSD) language model / tagger in pure PyTorch, layout as Hugging Face ``Mamba2Model``
-with ``n_groups = 1``.
+(``n_groups`` B/C groups of N, G = n_groups; consecutive heads share a group).
 
 Block i (pre-norm residual)::
 
     resid_pre -> RMSNorm -> mixer -> + resid_pre -> resid_post
-    mixer: z, xBC, dt = split(in_proj(h), [Di, Di + 2N, H])
+    mixer: z, xBC, dt = split(in_proj(h), [Di, Di + 2GN, H])
            xBC = silu(causal depthwise conv1d(xBC))   (silu(xBC) with use_conv=False)
-           x, B, C = split(xBC, [Di, N, N]);  dt = softplus(dt + dt_bias)
-           y = ssd_scan(x as [B,T,H,P], dt, A=-exp(A_log), B, C) + D[h] * x
-           out = out_proj(RMSNorm_gated(y, z))       # rmsnorm(y * silu(z)) * weight
+           x, B, C = split(xBC, [Di, GN, GN]);  dt = softplus(dt + dt_bias)
+           y = ssd_scan(x as [B,T,H,P], dt, A=-exp(A_log), B, C as [B,T,G,N]) + D[h] * x
+           out = out_proj(RMSNorm_gated(y, z))       # rmsnorm(y * silu(z)) * weight, per group of Di/G
 
 Hook points: ``embed``; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
-``blocks.{i}.mixer.conv_out`` [B,T,Di+2N] (x, B, C after conv + silu);
+``blocks.{i}.mixer.conv_out`` [B,T,Di+2GN] (x, B, C after conv + silu);
 ``blocks.{i}.mixer.dt`` [B,T,H]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl. D
 skip, before the gated norm);
 ``blocks.{i}.mixer_out`` [B,T,D]; ``final`` [B,T,D] (after the final RMSNorm);
@@ -46,6 +46,7 @@ class Mamba2Config:
     expand: float = 2.0
     d_inner: int = 0
     headdim: int = 32
+    n_groups: int = 1  # B/C groups (heads must be a multiple)
     d_conv: int = 4
     use_conv: bool = True
     conv_bias: bool = True
@@ -76,6 +77,8 @@ class Mamba2Config:
             self.d_inner % self.headdim == 0,
             f"model.d_inner ({self.d_inner}) must be a multiple of model.headdim ({self.headdim})",
         )
+        require(self.n_groups >= 1 and self.n_heads % self.n_groups == 0,
+                f"model.n_groups ({self.n_groups}) must be >= 1 and divide the number of heads ({self.n_heads})")
         require(self.d_conv >= 1, f"model.d_conv must be >= 1, got {self.d_conv}")
         require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
         require(0 < self.dt_min <= self.dt_max, f"need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
@@ -92,17 +95,23 @@ class Mamba2Config:
 
 
 class GatedRMSNorm(nn.Module):
-    """``weight * rmsnorm(y * silu(z))`` over the last dim (HF ``MambaRMSNormGated``, one group)."""
+    """``weight * rmsnorm(y * silu(z))`` over groups of ``group_size`` of the last dim (HF ``MambaRMSNormGated``).
 
-    def __init__(self, d: int, eps: float) -> None:
+    Computed in float32 for half-precision inputs, in the input's dtype otherwise (float64 stays float64).
+    """
+
+    def __init__(self, d: int, eps: float, group_size: int = 0) -> None:
         super().__init__()
         self.eps = eps
+        self.group_size = group_size or d
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         dtype = y.dtype
-        h = y.float() * F.silu(z.float())
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        work = torch.promote_types(dtype, torch.float32)
+        h = y.to(work) * F.silu(z.to(work))
+        h = h.unflatten(-1, (-1, self.group_size))  # [..., groups, group_size]
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
         return self.weight * h.to(dtype)
 
 
@@ -110,8 +119,8 @@ class Mamba2Mixer(nn.Module):
     def __init__(self, cfg: Mamba2Config) -> None:
         super().__init__()
         self.cfg = cfg
-        Di, N, H = cfg.d_inner, cfg.d_state, cfg.n_heads
-        conv_dim = Di + 2 * N
+        Di, N, H, G = cfg.d_inner, cfg.d_state, cfg.n_heads, cfg.n_groups
+        conv_dim = Di + 2 * G * N
         self.in_proj = nn.Linear(cfg.d_model, Di + conv_dim + H, bias=cfg.bias)
         self.conv1d = (
             nn.Conv1d(conv_dim, conv_dim, cfg.d_conv, groups=conv_dim, padding=cfg.d_conv - 1, bias=cfg.conv_bias)
@@ -120,7 +129,7 @@ class Mamba2Mixer(nn.Module):
         self.dt_bias = nn.Parameter(torch.empty(H))
         self.A_log = nn.Parameter(torch.empty(H))
         self.D = nn.Parameter(torch.ones(H))
-        self.norm = GatedRMSNorm(Di, cfg.norm_eps)
+        self.norm = GatedRMSNorm(Di, cfg.norm_eps, group_size=Di // G)
         self.out_proj = nn.Linear(Di, cfg.d_model, bias=cfg.bias)
         self.conv_out, self.dt, self.ssm_out = HookPoint(), HookPoint(), HookPoint()
         self.record_states = False  # set by ssm_states(); keeps the states of the last forward
@@ -138,12 +147,13 @@ class Mamba2Mixer(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         Bsz, T, _ = h.shape
-        Di, N, H = cfg.d_inner, cfg.d_state, cfg.n_heads
-        z, xBC, dt = torch.split(self.in_proj(h), [Di, Di + 2 * N, H], dim=-1)
+        Di, N, H, G = cfg.d_inner, cfg.d_state, cfg.n_heads, cfg.n_groups
+        z, xBC, dt = torch.split(self.in_proj(h), [Di, Di + 2 * G * N, H], dim=-1)
         if self.conv1d is not None:
             xBC = self.conv1d(xBC.transpose(1, 2))[..., :T].transpose(1, 2)
         xBC = self.conv_out(F.silu(xBC))
-        x, B, C = torch.split(xBC, [Di, N, N], dim=-1)
+        x, B, C = torch.split(xBC, [Di, G * N, G * N], dim=-1)
+        B, C = B.unflatten(-1, (G, N)), C.unflatten(-1, (G, N))
         dt = self.dt(F.softplus(dt + self.dt_bias))
         A = -torch.exp(self.A_log.to(x.dtype))
         xh = x.reshape(Bsz, T, H, cfg.headdim)
