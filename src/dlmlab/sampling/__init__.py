@@ -1,8 +1,15 @@
-"""Sampling: few-step masked diffusion (prompt KV reused) and KV-cached autoregressive decoding."""
+"""Sampling: masked-diffusion decoding (orders, schedules, blocks, caches, trajectories) and KV-cached AR decoding."""
 
 from dlmlab.sampling.ar import sample_ar
-from dlmlab.sampling.diffusion import DiffusionSampleConfig, encode_prompt, sample_diffusion, unmask_schedule
+from dlmlab.sampling.caches import cache_exactness
+from dlmlab.sampling.config import DecodeConfig
+from dlmlab.sampling.decode import decode, generate
+from dlmlab.sampling.denoiser import Denoiser
+from dlmlab.sampling.diffusion import DiffusionSampleConfig, encode_prompt, sample_diffusion
 from dlmlab.sampling.gumbel import sample_from_logits, top_p_filter
+from dlmlab.sampling.schedules import linear_schedule, unmask_schedule
+from dlmlab.sampling.trajectory import Activation, DecodeResult, StepRecord, TraceConfig
 
 __all__ = ["sample_ar", "sample_diffusion", "DiffusionSampleConfig", "encode_prompt", "unmask_schedule",
-           "sample_from_logits", "top_p_filter"]
+           "linear_schedule", "sample_from_logits", "top_p_filter", "DecodeConfig", "decode", "generate", "Denoiser",
+           "cache_exactness", "Activation", "DecodeResult", "StepRecord", "TraceConfig"]

@@ -18,6 +18,34 @@ def top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(logp, float("-inf")).scatter(-1, idx, sorted_lp)
 
 
+def filtered_log_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
+                       banned: int | None = None) -> torch.Tensor:
+    """logits [..., V] -> float64 log-probs [..., V] of the distribution tokens are drawn from.
+
+    ``temperature = 0`` gives the plain softmax (greedy decoding takes its argmax); otherwise
+    temperature-scaled, nucleus-filtered and renormalised.  ``banned``: an id with probability 0.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    lg = logits.double()
+    if banned is not None:
+        lg = lg.clone()
+        lg[..., banned] = float("-inf")
+    if temperature == 0:
+        return lg.log_softmax(-1)
+    logp = top_p_filter((lg / temperature).log_softmax(-1), top_p)
+    return logp.log_softmax(-1)  # renormalise after filtering
+
+
+def draw(logp: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Log-probs [..., V] -> token ids [...]: argmax when ``temperature == 0``, else Gumbel-max (float64)."""
+    if temperature == 0:
+        return logp.argmax(-1)
+    u = torch.rand(logp.shape, generator=generator, dtype=torch.float64, device="cpu").to(logp.device)
+    gumbel = -torch.log(-torch.log(u.clamp(min=1e-300)))
+    return (logp + gumbel).argmax(-1)
+
+
 def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
                        generator: torch.Generator | None = None, banned: int | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,19 +55,6 @@ def sample_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_p: fl
     low-probability tokens).  ``temperature = 0`` is greedy.  ``banned``: an id never
     drawn (the mask token).
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    lg = logits.double()
-    if banned is not None:
-        lg = lg.clone()
-        lg[..., banned] = float("-inf")
-    if temperature == 0:
-        logp = lg.log_softmax(-1)
-        tok = logp.argmax(-1)
-        return tok, logp.gather(-1, tok[..., None]).squeeze(-1).exp()
-    logp = top_p_filter((lg / temperature).log_softmax(-1), top_p)
-    logp = logp.log_softmax(-1)  # renormalise after filtering
-    u = torch.rand(logp.shape, generator=generator, dtype=torch.float64, device="cpu").to(logp.device)
-    gumbel = -torch.log(-torch.log(u.clamp(min=1e-300)))
-    tok = (logp + gumbel).argmax(-1)
+    logp = filtered_log_probs(logits, temperature, top_p, banned)
+    tok = draw(logp, temperature, generator)
     return tok, logp.gather(-1, tok[..., None]).squeeze(-1).exp()

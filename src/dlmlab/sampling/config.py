@@ -1,0 +1,75 @@
+"""The decoder's settings: one typed dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dlmlab.config import require
+from dlmlab.sampling.orders import ORDERS, Order
+
+Cache = Literal["none", "prompt", "prefix", "dual"]
+Attention = Literal["model", "block_causal"]
+
+
+@dataclass
+class DecodeConfig:
+    """How :func:`~dlmlab.sampling.decode.decode` fills masked positions.
+
+    steps: denoising steps of a count schedule, shared among blocks by length (ignored by the
+        ``threshold`` / ``factor`` rules, which take as many steps as they need).
+    order: which masked positions are committed first (see :mod:`dlmlab.sampling.orders`).
+    schedule: ``cosine`` or ``linear`` tokens per step.
+    threshold: commit every position whose score >= threshold, at least one per step (Fast-dLLM).
+    factor: Fast-dLLM's factor rule instead (see :mod:`dlmlab.sampling.schedules`).
+    block_len: semi-autoregressive blocks of this many positions, left to right (0: one block).
+    attention: ``model`` (the model's own mask: PreDiff hybrid, MDLM bidirectional) or
+        ``block_causal`` (a position sees its own block and earlier ones; the prompt is block 0).
+    cache: ``none`` (recompute every position each step), ``prompt`` (prompt keys/values once),
+        ``prefix`` (prompt and finished blocks), ``dual`` (prefix and the masked suffix).  See
+        :func:`~dlmlab.sampling.caches.cache_exactness` for when each is exact.
+    refresh_every: approximate caches are recomputed at each block start and every this many steps.
+    reuse_unchanged: reuse a row's last output when its input did not change (MDLM's cached sampler;
+        exact, used only without self-conditioning).
+    """
+
+    steps: int = 8
+    order: Order = "confidence"
+    schedule: Literal["cosine", "linear"] = "cosine"
+    threshold: float | None = None
+    factor: float | None = None
+    block_len: int = 0
+    attention: Attention = "model"
+    cache: Cache = "prompt"
+    refresh_every: int = 0
+    reuse_unchanged: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    self_cond: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        require(self.steps >= 1, f"sampling steps must be >= 1, got {self.steps}")
+        require(self.order in ORDERS, f"order must be one of {list(ORDERS)}, got {self.order!r}")
+        require(self.schedule in ("cosine", "linear"), f"schedule must be 'cosine' or 'linear', got {self.schedule!r}")
+        require(self.threshold is None or 0 < self.threshold <= 1,
+                f"threshold must be in (0, 1], got {self.threshold}")
+        require(self.factor is None or self.factor > 0, f"factor must be > 0, got {self.factor}")
+        require(self.threshold is None or self.factor is None, "threshold and factor are alternatives: set one")
+        require((self.threshold is None and self.factor is None) or self.order in ("confidence", "margin"),
+                f"threshold / factor need order 'confidence' or 'margin' (scores in [0, 1]), got {self.order!r}")
+        require(self.block_len >= 0, f"block_len must be >= 0, got {self.block_len}")
+        require(self.attention in ("model", "block_causal"),
+                f"attention must be 'model' or 'block_causal', got {self.attention!r}")
+        require(self.cache in ("none", "prompt", "prefix", "dual"),
+                f"cache must be one of none, prompt, prefix, dual, got {self.cache!r}")
+        require(self.refresh_every >= 0, f"refresh_every must be >= 0, got {self.refresh_every}")
+        require(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
+        require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def adaptive(self) -> bool:
+        """True when the number of commits per step is decided by the scores (threshold / factor)."""
+        return self.threshold is not None or self.factor is not None

@@ -1,0 +1,59 @@
+"""How many positions a denoising step commits.
+
+Count schedules fix the number per step in advance (``cosine``: few first, accelerating;
+``linear``: equal shares).  Adaptive rules look at the step's sorted scores (Fast-dLLM):
+
+* threshold: commit every position whose score >= ``threshold`` (at least one);
+* factor: commit the ``n`` best positions while ``(n + 1) * (1 - c_n) < factor`` holds for each
+  of them (c_n: the n-th best score; the best one always).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _counts(total: int, steps: int, cum_share) -> list[int]:
+    if total < 1:
+        raise ValueError(f"gen_len must be >= 1, got {total}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    S = min(steps, total)
+    counts, done = [], 0
+    for s in range(1, S + 1):
+        target = round(total * cum_share(s / S))
+        target = max(done + 1, min(target, total - (S - s)))  # >= 1 now, >= 1 left for each later step
+        counts.append(target - done)
+        done = target
+    return counts
+
+
+def unmask_schedule(gen_len: int, steps: int) -> list[int]:
+    """Tokens committed per step (cosine: few first, accelerating); ``min(steps, gen_len)`` entries summing to gen_len.
+
+    The cumulative share after step ``s`` of ``S`` is ``1 - cos(pi/2 * s/S)``.
+    """
+    return _counts(gen_len, steps, lambda u: 1 - math.cos(math.pi / 2 * u))
+
+
+def linear_schedule(total: int, steps: int) -> list[int]:
+    """Equal shares per step (LLaDA's rule); ``min(steps, total)`` entries summing to ``total``."""
+    return _counts(total, steps, lambda u: u)
+
+
+SCHEDULES = {"cosine": unmask_schedule, "linear": linear_schedule}
+
+
+def threshold_count(sorted_scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Scores [B,L] sorted descending (-inf where not a candidate) -> commits per row [B] (>= 1)."""
+    return (sorted_scores >= threshold).sum(1).clamp(min=1)
+
+
+def factor_count(sorted_scores: torch.Tensor, factor: float) -> torch.Tensor:
+    """Scores [B,L] sorted descending -> commits per row [B]: the longest run of n with (n+1)(1-c_n) < factor (>= 1)."""
+    n = torch.arange(1, sorted_scores.shape[1] + 1, device=sorted_scores.device, dtype=sorted_scores.dtype)
+    ok = (n + 1) * (1 - sorted_scores) < factor
+    ok[:, 0] = True
+    return ok.long().cumprod(1).sum(1)

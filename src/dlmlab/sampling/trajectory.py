@@ -1,0 +1,75 @@
+"""What a decoder records along its denoising trajectory, and the per-step callback's argument.
+
+Every step yields a :class:`StepRecord`: the tokens after the step, which positions it committed,
+the per-position confidence (probability of the drawn token) and entropy of the candidates, and,
+at the steps :class:`TraceConfig` chooses, activations at chosen hook points of the model (read
+through the model's own hook mechanism, :meth:`dlmlab.hooks.HookedModule.cache`), each tagged with
+its step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from dlmlab.config import require
+
+
+@dataclass
+class TraceConfig:
+    """hooks: hook point names or globs to record (e.g. ``["blocks.0.resid_post", "blocks.*.attn.pattern"]``);
+    steps: the global step indices to record them at (None: every step); logits: keep each step's block logits."""
+
+    hooks: list[str] = field(default_factory=list)
+    steps: list[int] | None = None
+    logits: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.steps is None or all(s >= 0 for s in self.steps), f"trace steps must be >= 0, got {self.steps}")
+
+    def wants(self, step: int) -> bool:
+        return bool(self.hooks) and (self.steps is None or step in self.steps)
+
+
+@dataclass
+class Activation:
+    """One hook point's activation at one step: ``value`` [len(rows), T, ...] for positions ``start .. start+T-1``
+    of the rows ``rows`` (a forward runs only the rows and positions it needs)."""
+
+    step: int
+    name: str
+    rows: torch.Tensor
+    start: int
+    value: torch.Tensor
+
+
+@dataclass
+class StepRecord:
+    """One denoising step.  Shapes: tokens, committed, confidence, entropy [B,N] (N: prompt + generated);
+    confidence / entropy are NaN where the position was not a candidate this step; logits [B, block, V]."""
+
+    step: int
+    block: int
+    block_span: tuple[int, int]
+    forwarded: bool
+    tokens: torch.Tensor
+    committed: torch.Tensor
+    confidence: torch.Tensor
+    entropy: torch.Tensor
+    activations: list[Activation] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+
+
+@dataclass
+class DecodeResult:
+    """tokens [B,N]; steps: denoising steps taken; forwards: model calls; positions: token positions
+    computed (rows x window, summed over calls); trajectory: per-step records when asked for."""
+
+    tokens: torch.Tensor
+    steps: int
+    forwards: int
+    positions: int
+    cache: str
+    exactness: str
+    trajectory: list[StepRecord] = field(default_factory=list)
