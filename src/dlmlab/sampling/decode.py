@@ -63,6 +63,12 @@ class _Run:
         self.forwards = self.positions = 0
         self.acts: list[Activation] = []
 
+    def new_block(self) -> None:
+        """Self-conditioning starts afresh in each block (whatever the cache kind saw of it before)."""
+        self.pending = None
+        if self.sc is not None:
+            self.sc.zero_()
+
     @property
     def ctx_len(self) -> int:
         return self.ctx[0][0].shape[2] if self.ctx else 0
@@ -162,6 +168,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
         ve = e if run.block_causal else N
         steps_b = max(1, round(cfg.steps * (e - s) / L))
         plans = [SCHEDULES[cfg.schedule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
+        run.new_block()
         fresh = torch.zeros(B, dtype=torch.bool)
         blk = None  # the block's latest logits [B, e-s, V]
         j = 0
