@@ -19,7 +19,7 @@ class DecodeConfig:
     steps: denoising steps of a count schedule, shared among blocks by length (ignored by the
         ``threshold`` / ``factor`` rules, which take as many steps as they need).
     order: which masked positions are committed first (see :mod:`dlmlab.sampling.orders`).
-    schedule: ``cosine`` or ``linear`` tokens per step.
+    schedule: ``cosine`` or ``linear`` tokens per step, or ``ancestral`` (drawn; MDLM).
     threshold: commit every position whose score >= threshold, at least one per step (Fast-dLLM).
     factor: Fast-dLLM's factor rule instead (see :mod:`dlmlab.sampling.schedules`).
     block_len: semi-autoregressive blocks of this many positions, left to right (0: one block).
@@ -35,7 +35,7 @@ class DecodeConfig:
 
     steps: int = 8
     order: Order = "confidence"
-    schedule: Literal["cosine", "linear"] = "cosine"
+    schedule: Literal["cosine", "linear", "ancestral"] = "cosine"
     threshold: float | None = None
     factor: float | None = None
     block_len: int = 0
@@ -53,7 +53,8 @@ class DecodeConfig:
     def validate(self) -> None:
         require(self.steps >= 1, f"sampling steps must be >= 1, got {self.steps}")
         require(self.order in ORDERS, f"order must be one of {list(ORDERS)}, got {self.order!r}")
-        require(self.schedule in ("cosine", "linear"), f"schedule must be 'cosine' or 'linear', got {self.schedule!r}")
+        require(self.schedule in ("cosine", "linear", "ancestral"),
+                f"schedule must be 'cosine', 'linear' or 'ancestral', got {self.schedule!r}")
         require(self.threshold is None or 0 < self.threshold <= 1,
                 f"threshold must be in (0, 1], got {self.threshold}")
         require(self.factor is None or self.factor > 0, f"factor must be > 0, got {self.factor}")

@@ -22,7 +22,7 @@ from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.denoiser import Denoiser
 from dlmlab.sampling.gumbel import draw, filtered_log_probs
 from dlmlab.sampling.orders import entropy, order_scores
-from dlmlab.sampling.schedules import SCHEDULES, factor_count, threshold_count
+from dlmlab.sampling.schedules import SCHEDULES, ancestral_count, factor_count, threshold_count
 from dlmlab.sampling.trajectory import Activation, DecodeResult, StepRecord, TraceConfig
 
 
@@ -34,12 +34,15 @@ def _blocks(P: int, N: int, block_len: int) -> list[tuple[int, int]]:
     return [(s, min(s + block_len, N)) for s in range(P, N, block_len)]
 
 
-def _commit_counts(cfg: DecodeConfig, S: torch.Tensor, plans: list[list[int]], j: int, n_masked: torch.Tensor) -> torch.Tensor:
+def _commit_counts(cfg: DecodeConfig, S: torch.Tensor, plans: list[list[int]], j: int, n_masked: torch.Tensor,
+                   steps_b: int, generator: torch.Generator | None) -> torch.Tensor:
     """Scores [R,Lb] (-inf off candidates) -> commits per row [R] for step ``j`` of the block."""
     if cfg.threshold is not None:
         k = threshold_count(S.sort(1, descending=True).values, cfg.threshold)
     elif cfg.factor is not None:
         k = factor_count(S.sort(1, descending=True).values, cfg.factor)
+    elif cfg.schedule == "ancestral":
+        k = ancestral_count(n_masked, j, steps_b, generator)
     else:
         k = torch.tensor([p[j] if j < len(p) else 10**9 for p in plans], device=S.device)
     return torch.minimum(k, n_masked)
@@ -167,7 +170,8 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     for bi, (s, e) in enumerate(blocks):
         ve = e if run.block_causal else N
         steps_b = max(1, round(cfg.steps * (e - s) / L))
-        plans = [SCHEDULES[cfg.schedule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
+        plans = [] if cfg.schedule not in SCHEDULES else [
+            SCHEDULES[cfg.schedule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
         run.new_block()
         fresh = torch.zeros(B, dtype=torch.bool)
         blk = None  # the block's latest logits [B, e-s, V]
@@ -199,7 +203,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
             tok = draw(logp, cfg.temperature, generator)
             scores = torch.full(st.shape, float("-inf"), dtype=torch.float64, device=st.device)
             scores[where] = order_scores(cfg.order, logp, tok, generator)
-            k = _commit_counts(cfg, scores, [plans[int(r)] for r in A], j, st.sum(1))
+            k = _commit_counts(cfg, scores, [plans[int(r)] for r in A] if plans else [], j, st.sum(1), steps_b, generator)
             kmax = int(k.max())
             chosen = scores.topk(kmax, dim=1).indices
             commit = torch.zeros_like(st).scatter_(1, chosen, torch.arange(kmax, device=st.device)[None] < k[:, None])

@@ -19,7 +19,7 @@ class Denoiser:
 
     def __init__(self, model, mask_id: int | None = None) -> None:
         self.model = model
-        self.is_prediff = hasattr(model, "backbone") and hasattr(model, "soft_prediction")
+        self.is_prediff = hasattr(model, "backbone") and hasattr(model, "mask_id")
         if self.is_prediff:
             if mask_id is not None and mask_id != model.mask_id:
                 raise ConfigError(f"mask_id {mask_id} differs from the model's own mask id {model.mask_id}")

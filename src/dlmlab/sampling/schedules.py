@@ -1,7 +1,9 @@
 """How many positions a denoising step commits.
 
 Count schedules fix the number per step in advance (``cosine``: few first, accelerating;
-``linear``: equal shares).  Adaptive rules look at the step's sorted scores (Fast-dLLM):
+``linear``: equal shares); ``ancestral`` draws it (MDLM: each masked position is revealed at step
+``j`` of ``S`` with probability ``1 / (S - j)``, so a step may reveal nothing and ``S`` may exceed
+the number of positions).  Adaptive rules look at the step's sorted scores (Fast-dLLM):
 
 * threshold: commit every position whose score >= ``threshold`` (at least one);
 * factor: commit the ``n`` best positions while ``(n + 1) * (1 - c_n) < factor`` holds for each
@@ -44,6 +46,15 @@ def linear_schedule(total: int, steps: int) -> list[int]:
 
 
 SCHEDULES = {"cosine": unmask_schedule, "linear": linear_schedule}
+
+
+def ancestral_count(n_masked: torch.Tensor, step: int, steps: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Masked counts [R] -> positions revealed at step ``step`` (0-based) of ``steps`` [R]: Binomial(n, 1/(steps-step))."""
+    p = 1.0 / (steps - step) if step < steps - 1 else 1.0
+    width = int(n_masked.max()) if n_masked.numel() else 0
+    u = torch.rand((n_masked.shape[0], width), generator=generator, dtype=torch.float64)
+    hits = (u < p) & (torch.arange(width)[None] < n_masked.cpu()[:, None])
+    return hits.sum(1).to(n_masked.device)
 
 
 def threshold_count(sorted_scores: torch.Tensor, threshold: float) -> torch.Tensor:
