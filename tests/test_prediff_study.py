@@ -41,25 +41,12 @@ def test_smoke_end_to_end(tmp_path):
     assert res.wall_time_s < 150  # measured ~60 s alone on 2 cores; slack for a shared machine
 
 
-def _res(**ppl):
-    methods = {k: {"val_ppl": v, "bound": k != "ar_control"} for k, v in ppl.items()}
-    return {"methods": methods, "threshold": {"value": 50.0, "steps": {"prediff": 0, "scratch": 400}},
-            "speed": {"ar_control": {"tokens_per_s": 100.0}, "prediff@8": {"tokens_per_s": 120.0}}}
-
-
-def test_claims_follow_the_numbers():
-    c = {x.id: x for x in compute_claims(_res(prediff=20, uniform_bidir=25, diffugpt=22, attn_obj=18, scratch=50,
-                                              ar_control=15))}
-    assert c["hybrid_beats_uniform_bidirectional"].holds is True
-    assert c["attention_and_objective_compose"].holds is True
-    assert c["ar_init_reaches_threshold_faster_than_scratch"].holds is True
-    assert c["ar_control_still_better"].holds is True
+def test_speed_claim_follows_the_numbers():
+    """The paired (seeds, interval) claims are tested in test_prediff_protocol.py."""
+    res = {"comparisons": {}, "speed": {"ar_control": {"tokens_per_s": 100.0}, "prediff@8": {"tokens_per_s": 120.0}}}
+    c = {x.id: x for x in compute_claims(res)}
     assert c["few_step_sampling_faster_than_ar"].holds is True
     assert c["few_step_sampling_faster_than_ar"].evidence["meets_target"] is False  # 1.2x < 1.5x
-    c = {x.id: x for x in compute_claims(_res(prediff=30, uniform_bidir=25, diffugpt=22, attn_obj=24, ar_control=40))}
-    assert c["hybrid_beats_uniform_bidirectional"].holds is False
-    assert c["attention_and_objective_compose"].holds is False
-    assert c["ar_control_still_better"].holds is False
     c = {x.id: x for x in compute_claims({"methods": {}, "speed": {}})}
     assert all(x.holds is None for x in c.values())
 

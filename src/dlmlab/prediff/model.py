@@ -4,8 +4,8 @@ Additions to the backbone (all enter through ``Transformer.forward(embed_add=...
 and only at *target* positions, so the prompt's keys/values do not depend on
 the denoising step and can be computed once):
 
-* a mask token (one extra vocabulary row, initialised to the mean embedding)
-  when the backbone has none (:func:`add_mask_token`);
+* a mask token (one extra vocabulary row, a small random vector as in the study's code, or the mean
+  embedding) when the backbone has none (:func:`add_mask_token`);
 * a mask-rate time embedding: sinusoidal features of ``t`` -> MLP -> [D], whose
   output layer is zero-initialised so adaptation starts from the backbone;
 * self-conditioning: the previous pass's soft prediction ``p`` [B,T,V] becomes an
@@ -27,12 +27,19 @@ from torch import nn
 from dlmlab.models import KVCache, Transformer
 
 
-def add_mask_token(backbone: Transformer) -> tuple[Transformer, int]:
+MASK_INITS: tuple[str, ...] = ("random", "mean")
+RANDOM_MASK_STD = 0.02  # the study's code: a random vector of GPT-2's initialisation scale
+
+
+def add_mask_token(backbone: Transformer, init: str = "random") -> tuple[Transformer, int]:
     """A copy of ``backbone`` with one extra vocabulary id (the mask, returned as ``mask_id = V``).
 
-    The new embedding row is the mean of the existing rows; an untied unembedding
-    gets a zero row (the mask is never predicted: its logit is set to -inf).
+    The new embedding row is ``init="random"``: N(0, 0.02^2) per coordinate (the study's code; drawn
+    from torch's global generator, so seed it first), or ``"mean"``: the mean of the existing rows.
+    An untied unembedding gets a zero row (the mask is never predicted: its logit is set to -inf).
     """
+    if init not in MASK_INITS:
+        raise ValueError(f"mask token init must be one of {MASK_INITS}, got {init!r}")
     cfg = backbone.cfg
     if cfg.n_out and cfg.n_out != cfg.vocab_size:
         raise ValueError("add_mask_token needs a language-model backbone (n_out == vocab_size)")
@@ -40,7 +47,8 @@ def add_mask_token(backbone: Transformer) -> tuple[Transformer, int]:
     model = Transformer(new_cfg).to(backbone.tok_emb.weight.dtype)
     sd = backbone.state_dict()
     emb = sd["tok_emb.weight"]
-    sd["tok_emb.weight"] = torch.cat([emb, emb.mean(0, keepdim=True)], 0)
+    row = emb.mean(0, keepdim=True) if init == "mean" else torch.randn(1, emb.shape[1]).to(emb) * RANDOM_MASK_STD
+    sd["tok_emb.weight"] = torch.cat([emb, row], 0)
     if not cfg.tie_embeddings and "unembed.weight" in sd:
         w = sd["unembed.weight"]
         sd["unembed.weight"] = torch.cat([w, torch.zeros_like(w[:1])], 0)
@@ -83,10 +91,11 @@ class PreDiffLM(nn.Module):
     """
 
     def __init__(self, backbone: Transformer, mask_id: int | None = None, *, attention: str = "hybrid",
-                 shift: bool = False, time_embed: bool = True, self_cond: bool = True, time_dim: int = 64) -> None:
+                 shift: bool = False, time_embed: bool = True, self_cond: bool = True, time_dim: int = 64,
+                 mask_init: str = "random") -> None:
         super().__init__()
         if mask_id is None:
-            backbone, mask_id = add_mask_token(backbone)
+            backbone, mask_id = add_mask_token(backbone, mask_init)
         if not 0 <= mask_id < backbone.cfg.vocab_size:
             raise ValueError(f"mask_id {mask_id} outside the backbone vocabulary [0, {backbone.cfg.vocab_size})")
         if attention not in ("hybrid", "bidirectional"):

@@ -5,24 +5,35 @@ Methods (all under the same step / batch budget):
 =================  ===========  ======================================  =====================
 name               init         attention                               objective
 =================  ===========  ======================================  =====================
-prediff            pretrained   hybrid (prompt causal, target bidir.)   MDLM, 1/t bound
-uniform_bidir      pretrained   bidirectional everywhere                MDLM, 1/t bound
-diffugpt           pretrained   causal -> bidirectional, annealed       shifted MDLM
-attn_obj           pretrained   hybrid, target block annealed           shifted MDLM
-scratch            random       hybrid                                  MDLM, 1/t bound
+prediff            pretrained   hybrid (prompt causal, target bidir.)   masked diffusion
+uniform_bidir      pretrained   bidirectional everywhere                masked diffusion
+diffugpt           pretrained   causal -> bidirectional, annealed       shifted masked diffusion
+attn_obj           pretrained   hybrid, target block annealed           shifted masked diffusion
+scratch            random       hybrid                                  masked diffusion
 ar_control         pretrained   causal                                  next-token (AR)
 =================  ===========  ======================================  =====================
 
 Every diffusion method uses the same wrapper (time embedding + self-conditioning),
 so the comparisons isolate attention and objective.  A training row is a window
-[B,T]; its first ``P_b`` tokens (``P_b`` uniform in [1, T/2]) are a clean prompt and
-the rest is the target, masked with probability ``t_b``.  The loss is the MDLM
-NELBO per target token, ``(1/t) * sum_masked NLL / n_target``, an upper bound on
-``-log p(target | prompt) / n_target``; ``exp`` of it is the ELBO perplexity bound.
+[B,T]; its first ``P = round(prompt_frac * T)`` tokens (default half, as in the study)
+are a clean prompt and the rest is the target, masked with probability ``t_b``.
+
+Two training losses (:data:`LOSSES`), the same for every diffusion method of a run:
+
+* ``masked_ce`` (the study's): plain cross-entropy averaged over the masked target tokens
+  of the batch, with mask rates from the cosine schedule ``t = cos(pi u / 2)``, ``u ~ U[0, 1]``
+  (stratified), clipped to [0.01, 0.99]; the density of ``t`` rises towards 1.
+* ``mdlm_bound``: the MDLM NELBO per target token, ``(1/t) * sum_masked NLL / n_target`` with
+  ``t ~ U[1e-3, 1]``, an upper bound on ``-log p(target | prompt) / n_target``.
+
+Evaluation always reports the true bound (:func:`eval_nelbo`); :func:`eval_original_weighting`
+gives the 1/(1-t)-weighted number of the study's public code for comparison with the paper
+(it is not a bound).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +47,21 @@ from dlmlab.objectives.schedule import elbo_weight, sample_t
 
 Attention = Literal["hybrid", "bidirectional", "annealed", "hybrid_annealed", "causal"]
 Objective = Literal["mdlm", "shifted_mdlm", "ar"]
+Loss = Literal["masked_ce", "mdlm_bound"]
+LOSSES: tuple[str, ...] = ("masked_ce", "mdlm_bound")
+COSINE_T_RANGE = (0.01, 0.99)  # the study's clip of the cosine mask rates
+
+
+def cosine_mask_rates(batch: int, gen: torch.Generator | None) -> torch.Tensor:
+    """t [B] = cos(pi u / 2) for stratified u in [0, 1), clipped to :data:`COSINE_T_RANGE` (the study's schedule)."""
+    u = (torch.rand(1, generator=gen) + torch.arange(batch) / batch) % 1.0
+    return torch.cos(u * math.pi / 2).clamp(*COSINE_T_RANGE)
+
+
+def prompt_length(prompt_frac: float, T: int) -> int:
+    """The clean-prompt length of a window of ``T`` tokens: ``round(prompt_frac * T)`` within [1, T-1]."""
+    require(0 < prompt_frac < 1, f"prompt_frac must be in (0, 1), got {prompt_frac}")
+    return min(T - 1, max(1, round(prompt_frac * T)))
 
 
 @dataclass
@@ -100,18 +126,21 @@ def annealed_mask(kind: str, prompt_len: torch.Tensor, T: int, progress: float, 
 
 
 def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, batch: int, steps: int,
-              device: str | torch.device = "cpu"):
+              device: str | torch.device = "cpu", prompt_frac: float = 0.5, loss: Loss = "masked_ce"):
     """(make_batch, loss_fn) for ``training.train``; all randomness is drawn in make_batch (global batch, on CPU)
-    and moved to ``device`` (the model's) in loss_fn."""
+    and moved to ``device`` (the model's) in loss_fn.  Diffusion rows have a clean prompt of
+    ``prompt_length(prompt_frac, seq_len)`` tokens and are trained with ``loss`` (see :data:`LOSSES`)."""
     method.validate()
+    require(loss in LOSSES, f"loss must be one of {LOSSES}, got {loss!r}")
     T = seq_len
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = TokenStream.windows(stream_train, batch, T + (1 if not method.is_diffusion else 0), gen)
         if not method.is_diffusion:
             return {"tokens": x}
-        P = torch.randint(1, T // 2 + 1, (batch,), generator=gen)
-        out = {"tokens": x, "prompt_len": P, "t": sample_t(batch, gen), "noise": torch.rand(x.shape, generator=gen),
+        P = torch.full((batch,), prompt_length(prompt_frac, T), dtype=torch.long)
+        t = cosine_mask_rates(batch, gen) if loss == "masked_ce" else sample_t(batch, gen)
+        out = {"tokens": x, "prompt_len": P, "t": t, "noise": torch.rand(x.shape, generator=gen),
                "self_cond": torch.rand(batch, generator=gen) < method.self_cond_frac}
         if method.attention in ("annealed", "hybrid_annealed"):
             progress = min(1.0, step / max(1.0, method.anneal_frac * steps))
@@ -124,19 +153,32 @@ def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, ba
             return ar_loss(model, b["tokens"])
         attn = b.get("attn")
         return diffusion_loss(model, b["tokens"], b["prompt_len"], b["t"], b["noise"], b["self_cond"],
-                              attn_mask=attn if attn is not None else method.final_attention)
+                              attn_mask=attn if attn is not None else method.final_attention, loss=loss)
 
     return make_batch, loss_fn
 
 
 def diffusion_loss(model, tokens: torch.Tensor, prompt_len: torch.Tensor, t: torch.Tensor, noise: torch.Tensor,
-                   self_cond_rows: torch.Tensor | None = None, attn_mask=None) -> tuple[torch.Tensor, dict]:
-    """MDLM NELBO per target token for windows ``tokens`` [B,T] with prompts of ``prompt_len`` [B].
+                   self_cond_rows: torch.Tensor | None = None, attn_mask=None,
+                   loss: Loss = "mdlm_bound") -> tuple[torch.Tensor, dict]:
+    """Training loss for windows ``tokens`` [B,T] with prompts of ``prompt_len`` [B] at mask rates ``t`` [B].
 
-    ``self_cond_rows`` [B] bool: rows that first run a no-grad pass and feed its soft
+    ``loss="mdlm_bound"``: the MDLM NELBO per target token (its mean over rows; ``exp`` is the ELBO
+    perplexity bound when ``t ~ U[eps, 1]``); ``loss="masked_ce"``: mean cross-entropy over the masked
+    tokens of the batch.  ``self_cond_rows`` [B] bool: rows that first run a no-grad pass and feed its soft
     prediction back (zeros elsewhere), as in self-conditioning training.
-    Returns (loss, metrics) with ``nelbo`` (nats / target token) and ``ppl_bound = exp(nelbo)``.
+    Returns (loss, metrics); metrics carry ``nelbo`` (nats / target token, per row mean) and ``masked_ce``.
     """
+    nelbo_rows, ce = _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows, attn_mask)
+    nelbo = nelbo_rows.mean()
+    value = nelbo if loss == "mdlm_bound" else ce
+    return value, {"loss": value.item(), "nelbo": nelbo.item(), "ppl_bound": float(torch.exp(nelbo.detach())),
+                   "masked_ce": ce.item()}
+
+
+def _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows=None, attn_mask=None,
+                   self_cond: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (NELBO per row [B]: (1/t) * masked NLL / n_target, mean CE over the batch's masked tokens [])."""
     B, T = tokens.shape
     inner = getattr(model, "module", model)  # DDP wraps the PreDiffLM
     pos = torch.arange(T, device=tokens.device)
@@ -144,39 +186,80 @@ def diffusion_loss(model, tokens: torch.Tensor, prompt_len: torch.Tensor, t: tor
     noisy, masked = corrupt(tokens, t, inner.mask_id, maskable=maskable, noise=noise)
     kw = dict(prompt_len=prompt_len, attn_mask=attn_mask)
     sc = None
-    if inner.uses_self_cond and self_cond_rows is not None and bool(self_cond_rows.any()):
+    if self_cond and inner.uses_self_cond and self_cond_rows is not None and bool(self_cond_rows.any()):
         with torch.no_grad():
             first = model(noisy, t, **kw)
         sc = inner.soft_prediction(first) * self_cond_rows.to(first.device)[:, None, None].float()
     logits = model(noisy, t, self_cond=sc, **kw)
     nll = masked_nll(logits, tokens, masked, inner.mask_id)  # [B,T], zero off the masked positions
     n = maskable.sum(1).clamp(min=1)
-    per_seq = elbo_weight(t).to(nll.device) * nll.sum(1) / n
-    loss = per_seq.mean()
-    ce = nll.sum() / masked.sum().clamp(min=1)
-    return loss, {"loss": loss.item(), "nelbo": loss.item(), "ppl_bound": float(torch.exp(loss.detach())),
-                  "masked_ce": ce.item()}
+    per_row = elbo_weight(t).to(nll.device) * nll.sum(1) / n
+    return per_row, nll.sum() / masked.sum().clamp(min=1)
 
 
 @torch.no_grad()
-def eval_nelbo(model, windows: torch.Tensor, prompt_len: int, n_t: int = 8, batch: int = 32, seed: int = 0,
-               self_cond: bool = True, attn_mask=None) -> float:
-    """Monte-Carlo NELBO (nats / target token) of ``windows`` [N,T] given their first ``prompt_len`` tokens.
+def eval_nelbo_per_window(model, windows: torch.Tensor, prompt_len: int, n_t: int = 8, batch: int = 32, seed: int = 0,
+                          self_cond: bool = True, attn_mask=None) -> torch.Tensor:
+    """Monte-Carlo NELBO [N] (nats / target token) of each window of ``windows`` [N,T] given its first ``prompt_len``.
 
-    ``n_t`` antithetic draws of t per window; self-conditioning (a deterministic function of
-    the noisy input) keeps it a valid bound.  ``exp`` of the result is the ELBO perplexity bound.
+    ``n_t`` antithetic draws of t ~ U[1e-3, 1] per window; self-conditioning (a deterministic function of
+    the noisy input) keeps it a valid bound.  The draws depend only on ``seed`` and the window count, so two
+    models evaluated with one seed see the same times and masks (paired comparisons).
     """
     model.eval()
     g = torch.Generator().manual_seed(seed)
-    total, count = 0.0, 0
+    out = []
     for xb in windows.split(batch):
         B, T = xb.shape
         P = torch.full((B,), prompt_len, dtype=torch.long)
+        acc = torch.zeros(B, dtype=torch.float64)
         for _ in range(n_t):
             t = sample_t(B, g)
             noise = torch.rand(xb.shape, generator=g)
             rows = torch.ones(B, dtype=torch.bool) if self_cond else None
-            loss, _ = diffusion_loss(model, xb, P, t, noise, rows, attn_mask=attn_mask)
-            total += loss.item() * B
-            count += B
+            per_row, _ = _masked_losses(model, xb, P, t, noise, rows, attn_mask=attn_mask)
+            acc += per_row.double().cpu()
+        out.append(acc / n_t)
+    return torch.cat(out)
+
+
+def eval_nelbo(model, windows: torch.Tensor, prompt_len: int, n_t: int = 8, batch: int = 32, seed: int = 0,
+               self_cond: bool = True, attn_mask=None) -> float:
+    """Mean of :func:`eval_nelbo_per_window`: ``exp`` of it is the ELBO perplexity bound."""
+    return float(eval_nelbo_per_window(model, windows, prompt_len, n_t, batch, seed, self_cond, attn_mask).mean())
+
+
+@torch.no_grad()
+def eval_original_weighting(model, windows: torch.Tensor, prompt_len: int, n_t: int = 16, batch: int = 32,
+                            seed: int = 0) -> float:
+    """The study's public code's "ELBO" (nats / token), for comparison with the paper; NOT a bound.
+
+    A midpoint rule over ``n_t`` mask rates ``t_k = (k + 1/2) / n_t``: at each, every target token is masked
+    with probability ``t_k`` (at least one per window), the mean cross-entropy over masked tokens is weighted
+    by ``1 / (1 - t_k)``, and the weighted values are averaged (``sum_k w_k CE_k / n_t``), without
+    self-conditioning, as that code does.
+    """
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    inner = getattr(model, "module", model)
+    total, count = 0.0, 0
+    for xb in windows.split(batch):
+        B, T = xb.shape
+        P = torch.full((B,), prompt_len, dtype=torch.long)
+        target = torch.arange(T)[None, :] >= prompt_len
+        value = 0.0
+        for k in range(n_t):
+            tk = (k + 0.5) / n_t
+            masked = (torch.rand(xb.shape, generator=g) < tk) & target
+            empty = ~masked.any(1)
+            if bool(empty.any()):  # at least one masked target token per window
+                pick = torch.randint(prompt_len, T, (int(empty.sum()),), generator=g)
+                masked[empty.nonzero().squeeze(1), pick] = True
+            masked = masked.to(xb.device)
+            noisy = torch.where(masked, torch.full_like(xb, inner.mask_id), xb)
+            logits = model(noisy, torch.full((B,), tk), prompt_len=P)
+            ce = masked_nll(logits, xb, masked, inner.mask_id).sum() / masked.sum()
+            value += ce.item() / (1.0 - tk) / n_t
+        total += value * B
+        count += B
     return total / max(1, count)

@@ -30,13 +30,14 @@ def generate(method: str, model, prompts: torch.Tensor, p: PreDiffPreset, steps:
     return sample_ar(model, prompts, p.gen_len, p.temperature, p.top_p, g).cpu()
 
 
-def sample_metrics(samples: torch.Tensor, references: torch.Tensor, evaluator, tokenizer, p: PreDiffPreset,
+def sample_metrics(samples: torch.Tensor, references: torch.Tensor, evaluator, featuriser, tokenizer, p: PreDiffPreset,
                    ref_features) -> dict:
-    """Metrics of generated continuations; the evaluator is the pretrained backbone (a fixed local judge)."""
+    """Metrics of generated continuations: generative PPL under ``evaluator`` (a causal judge: the AR control),
+    MAUVE on ``featuriser``'s (the pretrained backbone's) mean-pooled features, Rep-4, Self-BLEU."""
     P = p.sample_prompt_len
     gen = samples[:, P:]
     texts = [tokenizer.decode(s.tolist()) for s in gen]
-    feats = mean_pooled_features(evaluator, [s.tolist() for s in gen])
+    feats = mean_pooled_features(featuriser, [s.tolist() for s in gen])
     return {
         "gen_ppl": generative_perplexity(evaluator, samples.to(p.device), P),
         "rep4": rep_n([s.tolist() for s in gen], 4),

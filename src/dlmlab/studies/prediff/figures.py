@@ -13,17 +13,22 @@ def ppl_curves(res: dict, out: Path) -> dict:
     for name, m in res["methods"].items():
         rows = m.get("curve", [])
         style = "--" if not m.get("bound") else "-"
-        ax.plot([r["step"] for r in rows], [r["ppl"] for r in rows], style, marker="o", ms=3, label=name)
+        line, = ax.plot([r["step"] for r in rows], [r["ppl"] for r in rows], style, marker="o", ms=3, label=name)
+        seeds = m.get("curves", [])
+        if len(seeds) > 1:  # the band spans the seeds' curves
+            ax.fill_between([r["step"] for r in rows], [min(c) for c in zip(*([r["ppl"] for r in c] for c in seeds))],
+                            [max(c) for c in zip(*([r["ppl"] for r in c] for c in seeds))], color=line.get_color(),
+                            alpha=0.15, lw=0)
     thr = res.get("threshold", {}).get("value")
-    if thr is not None:
-        ax.axhline(thr, color="grey", lw=0.8, ls=":", label="threshold")
+    if thr:
+        ax.axhline(sum(thr) / len(thr), color="grey", lw=0.8, ls=":", label="threshold (mean over seeds)")
     ax.set_yscale("log")
     ax.set_xlabel("adaptation step")
     ax.set_ylabel("held-out PPL (diffusion: ELBO bound)")
     ax.legend(fontsize=7)
     return save_figure(fig, out, "ppl_vs_steps",
-                       "Held-out perplexity of the target given the prompt during adaptation, per method "
-                       "(diffusion methods: ELBO upper bound; AR control dashed, exact)")
+                       "Held-out perplexity of the target given the prompt during adaptation, per method: mean over "
+                       "seeds, band = the seeds' range (diffusion methods: ELBO upper bound; AR control dashed, exact)")
 
 
 def gen_ppl_vs_sampling_steps(res: dict, out: Path) -> dict:
@@ -43,10 +48,10 @@ def gen_ppl_vs_sampling_steps(res: dict, out: Path) -> dict:
         ax.axhline(res["reference"]["gen_ppl"], color="grey", ls=":", lw=1, label="held-out text")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("denoising steps")
-    ax.set_ylabel("generative PPL (pretrained backbone)")
+    ax.set_ylabel(f"generative PPL ({res.get('gen_ppl_judge', 'judge')})")
     ax.legend(fontsize=7)
     return save_figure(fig, out, "gen_ppl_vs_sampling_steps",
-                       "Generative perplexity of samples (scored by the pretrained backbone) vs denoising steps")
+                       f"Generative perplexity of samples (scored by the {res.get('gen_ppl_judge', 'judge')}) vs denoising steps")
 
 
 def quality_speed(res: dict, out: Path) -> dict:

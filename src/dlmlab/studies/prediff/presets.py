@@ -8,7 +8,8 @@ from typing import Literal
 
 from dlmlab.config import ConfigError, require
 from dlmlab.models import TransformerConfig
-from dlmlab.prediff.objectives import METHODS
+from dlmlab.prediff.model import MASK_INITS
+from dlmlab.prediff.objectives import LOSSES, METHODS, Loss, prompt_length
 from dlmlab.training import TrainConfig
 
 
@@ -36,15 +37,19 @@ class PreDiffPreset:
                                                                     log_every=25, keep_checkpoints=1))
     scratch_lr: float = 2e-3  # from-scratch training gets the pretraining learning rate
     methods: list[str] = field(default_factory=lambda: list(METHODS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # every method adapts once per seed
+    prompt_frac: float = 0.5  # clean prompt = this fraction of each window, in training and evaluation (study: half)
+    loss: Loss = "masked_ce"  # the study's masked-token CE with cosine mask rates, or "mdlm_bound"
+    mask_init: Literal["random", "mean"] = "random"  # the mask token's embedding row (the study's code: random)
+    original_eval_n_t: int = 16  # midpoint-rule mask rates of the study code's 1/(1-t)-weighted evaluation
     curve_every: int = 50  # evaluate the held-out PPL (bound) every this many adaptation steps
     curve_windows: int = 32
     curve_n_t: int = 2
-    eval_prompt_len: int = 16
     eval_windows: int = 128
     eval_n_t: int = 4
     n_prompts: int = 32
-    sample_prompt_len: int = 16
-    gen_len: int = 48
+    sample_prompt_len: int = 32  # samples continue half a window from its first half, as in training
+    gen_len: int = 32
     sample_steps: list[int] = field(default_factory=lambda: [8, 32])
     temperature: float = 1.0
     top_p: float = 0.95
@@ -58,7 +63,11 @@ class PreDiffPreset:
         require(not unknown, f"unknown methods {unknown}; choose from {sorted(METHODS)}")
         require(len(set(self.methods)) == len(self.methods) > 0, "methods must be non-empty and distinct")
         require(self.seq_len >= 8, f"seq_len must be >= 8, got {self.seq_len}")
-        require(1 <= self.eval_prompt_len < self.seq_len, "eval_prompt_len must be in [1, seq_len)")
+        require(0 < self.prompt_frac < 1, f"prompt_frac must be in (0, 1), got {self.prompt_frac}")
+        require(self.loss in LOSSES, f"loss must be one of {LOSSES}, got {self.loss!r}")
+        require(self.mask_init in MASK_INITS, f"mask_init must be one of {MASK_INITS}, got {self.mask_init!r}")
+        require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds must be non-empty and distinct")
+        require(self.original_eval_n_t >= 1, "original_eval_n_t must be >= 1")
         require(self.sample_prompt_len >= 1 and self.gen_len >= 1, "sample_prompt_len and gen_len must be >= 1")
         require(self.sample_prompt_len + self.gen_len <= self.model.max_seq_len,
                 "sample_prompt_len + gen_len must fit model.max_seq_len")
@@ -66,6 +75,11 @@ class PreDiffPreset:
         require(self.n_prompts >= 2, "n_prompts must be >= 2 (Self-BLEU / MAUVE need several samples)")
         require(all(s >= 1 for s in self.sample_steps) and self.sample_steps, "sample_steps must be >= 1")
         require(self.curve_every >= 1 and self.curve_windows >= 1 and self.eval_windows >= 1, "eval sizes must be >= 1")
+
+    @property
+    def prompt_len(self) -> int:
+        """Clean-prompt tokens of a ``seq_len`` window (training and held-out evaluation)."""
+        return prompt_length(self.prompt_frac, self.seq_len)
 
     def resolved(self, value: str) -> str:
         """``$NAME`` -> the environment variable's value (clear error when unset)."""
@@ -83,8 +97,8 @@ def _smoke() -> PreDiffPreset:
         model=TransformerConfig(d_model=48, n_layers=2, n_heads=2, d_mlp=192, mlp="gelu_new", max_seq_len=48),
         pretrain=TrainConfig(steps=120, batch_size=16, lr=3e-3, warmup_steps=10, log_every=20, keep_checkpoints=1, progress=False),
         adapt=TrainConfig(steps=20, batch_size=16, lr=1e-3, warmup_steps=2, log_every=5, keep_checkpoints=1, progress=False),
-        scratch_lr=3e-3, curve_every=5, curve_windows=8, curve_n_t=1, eval_prompt_len=8, eval_windows=16, eval_n_t=2,
-        n_prompts=8, sample_prompt_len=8, gen_len=32, sample_steps=[8, 32], speed_batch=1, speed_repeats=1,
+        scratch_lr=3e-3, curve_every=5, curve_windows=8, curve_n_t=1, eval_windows=16, eval_n_t=2, seeds=[0, 1],
+        n_prompts=8, sample_prompt_len=16, gen_len=16, original_eval_n_t=4, sample_steps=[8, 32], speed_batch=1, speed_repeats=1,
         lambada_limit=20,
     )
 
@@ -100,8 +114,8 @@ def _paper() -> PreDiffPreset:
         model=TransformerConfig(max_seq_len=1024),
         adapt=TrainConfig(steps=20000, batch_size=32, lr=1e-4, warmup_steps=500, log_every=100, ckpt_every=1000,
                           keep_checkpoints=2),
-        scratch_lr=6e-4, curve_every=1000, curve_windows=256, curve_n_t=2, eval_prompt_len=128, eval_windows=2048,
-        eval_n_t=8, n_prompts=512, sample_prompt_len=128, gen_len=256, sample_steps=[8, 32, 128],
+        scratch_lr=6e-4, curve_every=1000, curve_windows=256, curve_n_t=2, eval_windows=2048,
+        eval_n_t=8, n_prompts=512, sample_prompt_len=256, gen_len=256, sample_steps=[8, 32, 128],
         speed_batch=32, speed_repeats=5, device="cuda",
     )
 

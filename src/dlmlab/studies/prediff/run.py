@@ -8,6 +8,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -17,11 +18,12 @@ from dlmlab.metrics.likelihood import generative_perplexity
 from dlmlab.prediff import METHODS
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.studies.parallel import default_workers, map_jobs
-from dlmlab.studies.prediff.adapt import adapt, held_out_nll
+from dlmlab.studies.prediff.adapt import adapt, held_out_nll, original_weighting_nll
 from dlmlab.studies.prediff.backbone import prepare
 from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speed
 from dlmlab.studies.prediff.figures import make_figures
+from dlmlab.studies.prediff.paired import hierarchical_bootstrap, lower_is_better
 from dlmlab.studies.prediff.presets import PRESETS
 from dlmlab.studies.threads import threads_for
 from dlmlab.training.distributed import is_main_process
@@ -35,13 +37,54 @@ def _sample_keys(method: str, steps: list[int]) -> list[tuple[str, int | None]]:
     return [(method, None)]
 
 
-def _adapt_job(name: str, backbone, stream: TokenStream, p, out: Path, progress: bool,
-               eval_x: torch.Tensor) -> tuple[float, list[dict], float]:
-    """One job (possibly on a worker process): adapt with ``name`` -> (held-out nll, curve, seconds)."""
+def _adapt_job(name: str, seed: int, backbone, stream: TokenStream, p, out: Path, progress: bool,
+               eval_x: torch.Tensor) -> dict:
+    """One job (possibly on a worker process): adapt ``name`` with training seed ``seed`` and evaluate it on the
+    held-out windows (the same times and masks for every method) -> per-window NLL, curve, seconds."""
     t1 = time.time()
-    model, curve = adapt(name, backbone, stream, p, out, progress)
-    nll = held_out_nll(name, model, eval_x, p.eval_prompt_len, p.eval_n_t, seed=1)
-    return nll, curve, time.time() - t1
+    model, curve = adapt(name, backbone, stream, p, out, progress, seed=seed)
+    nll = held_out_nll(name, model, eval_x, p.prompt_len, p.eval_n_t, seed=1)
+    return {"nll": nll.tolist(), "original_weighting_nll": original_weighting_nll(name, model, eval_x, p),
+            "curve": curve, "seconds": time.time() - t1}
+
+
+def _mean_curve(curves: list[list[dict]]) -> list[dict]:
+    """Per-step mean PPL over seeds (the seeds share their evaluation steps)."""
+    return [{"step": rows[0]["step"], "ppl": sum(r["ppl"] for r in rows) / len(rows)} for rows in zip(*curves)]
+
+
+def _steps_to_threshold(res: dict, seeds: list[int], budget: int) -> dict:
+    """Per seed: threshold = the best held-out bound the from-scratch model of that seed reaches within the budget;
+    steps each method needs to reach it (``budget + 1`` stands for "not within the budget")."""
+    out = {"value": [], "steps": {n: [] for n in res["methods"]}}
+    for i, _ in enumerate(seeds):
+        thr = min(r["ppl"] for r in res["methods"]["scratch"]["curves"][i])
+        out["value"].append(thr)
+        for n, m in res["methods"].items():
+            s = steps_to_threshold(m["curves"][i], "ppl", thr)
+            out["steps"][n].append(budget + 1 if s is None else s)
+    return out
+
+
+def _comparisons(res: dict, p) -> dict:
+    """The paired comparisons behind the claims (lower held-out NLL is better; see :mod:`.paired`)."""
+    nll = {n: np.array(v) for n, v in res["per_window_nll"].items()}  # [S, N]
+    pairs = {"hybrid_vs_uniform_bidir": ("prediff", "uniform_bidir"),
+             "hybrid_vs_uniform_bidir_shifted": ("attn_obj", "diffugpt"),
+             "combined_vs_attention_only": ("attn_obj", "prediff"),
+             "combined_vs_objective_only": ("attn_obj", "diffugpt")}
+    out = {k: {"a": a, "b": b, **lower_is_better(nll[a], nll[b])} for k, (a, b) in pairs.items() if a in nll and b in nll}
+    diff = [n for n, m in res["methods"].items() if m["bound"]]
+    if "ar_control" in nll and diff:
+        best = min(diff, key=lambda n: res["methods"][n]["val_nll"])
+        out["ar_control_vs_best_diffusion"] = {"a": "ar_control", "b": best,
+                                               **lower_is_better(nll["ar_control"], nll[best])}
+    thr = res.get("threshold")
+    if thr and "prediff" in thr["steps"]:
+        a = np.array(thr["steps"]["prediff"], dtype=float)[:, None]
+        b = np.array(thr["steps"]["scratch"], dtype=float)[:, None]
+        out["ar_init_vs_scratch_steps"] = {"a": "prediff", "b": "scratch", **lower_is_better(a, b)}
+    return out
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
@@ -56,36 +99,46 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     eval_x = TokenStream.chunks(stream.val, p.seq_len, limit=p.eval_windows).to(p.device)
     prompts, refs = prompts_and_references(stream, p)
     res: dict = {"backbone": info["backbone"], "data": {k: v for k, v in info.items() if k != "backbone"},
-                 "methods": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x)}
-    # the adaptations are independent: they run on worker processes, then each finished model is reloaded here
-    # from its last checkpoint
-    jobs = [(name, backbone, stream, p, out, progress, eval_x) for name in p.methods]
-    models = {}
-    for name, (nll, curve, secs) in zip(p.methods, map_jobs(_adapt_job, jobs, default_workers(p.device), desc="adaptations",
-                                                             progress=progress, threads=threads_for(p.model.d_model))):
+                 "methods": {}, "per_window_nll": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x),
+                 "seeds": list(p.seeds)}
+    # every (method, seed) adaptation is independent: they run on worker processes; the first seed's models are
+    # then reloaded here from their last checkpoints for sampling
+    keys = [(name, seed) for name in p.methods for seed in p.seeds]
+    jobs = [(name, seed, backbone, stream, p, out, progress, eval_x) for name, seed in keys]
+    done = dict(zip(keys, map_jobs(_adapt_job, jobs, default_workers(p.device), desc="adaptations",
+                                   progress=progress, threads=threads_for(p.model.d_model))))
+    for name in p.methods:
         m = METHODS[name]
-        res["methods"][name] = {"init": m.init, "attention": m.attention, "objective": m.objective,
-                                "bound": m.is_diffusion, "val_nll": nll, "val_ppl": math.exp(nll), "curve": curve,
-                                "seconds": secs}
-        models[name] = adapt(name, backbone, stream, p, out, progress=False)[0]  # resumes at its last step
-
-    # threshold: the best held-out bound the from-scratch model reaches within the budget
+        runs = [done[(name, s)] for s in p.seeds]
+        per_window = [r["nll"] for r in runs]
+        ci = hierarchical_bootstrap(per_window)
+        orig = [r["original_weighting_nll"] for r in runs]
+        res["per_window_nll"][name] = per_window
+        res["methods"][name] = {
+            "init": m.init, "attention": m.attention, "objective": m.objective, "bound": m.is_diffusion,
+            "val_nll": ci["mean"], "val_ppl": math.exp(ci["mean"]), "val_ppl_interval": [math.exp(ci["lo"]), math.exp(ci["hi"])],
+            "val_nll_per_seed": ci["per_seed"],
+            "original_weighting_ppl": None if orig[0] is None else math.exp(sum(orig) / len(orig)),
+            "curve": _mean_curve([r["curve"] for r in runs]), "curves": [r["curve"] for r in runs],
+            "seconds": sum(r["seconds"] for r in runs)}
+    models = {name: adapt(name, backbone, stream, p, out, progress=False, seed=p.seeds[0])[0] for name in p.methods}
     if "scratch" in res["methods"]:
-        thr = min(r["ppl"] for r in res["methods"]["scratch"]["curve"])
-        res["threshold"] = {"value": thr, "steps": {n: steps_to_threshold(v["curve"], "ppl", thr)
-                                                    for n, v in res["methods"].items()}}
+        res["threshold"] = _steps_to_threshold(res, p.seeds, p.adapt.steps)
+    res["comparisons"] = _comparisons(res, p)
 
-    # samples and their metrics; the pretrained backbone is the fixed judge (gen PPL, MAUVE features)
-    judge = backbone
+    # samples of the first seed's models and their metrics: generative PPL under the AR control (the study's judge;
+    # the pretrained backbone when the run has no AR control), MAUVE features from the pretrained backbone
+    judge = models.get("ar_control", backbone)
+    res["gen_ppl_judge"] = "ar_control" if "ar_control" in models else "pretrained backbone"
     full_ref = torch.cat([prompts, refs], 1)
-    ref_feats = mean_pooled_features(judge, refs.tolist())
+    ref_feats = mean_pooled_features(backbone, refs.tolist())
     res["reference"] = {"gen_ppl": generative_perplexity(judge, full_ref.to(p.device), p.sample_prompt_len),
                         "rep4": rep_n(refs.tolist(), 4), "self_bleu": self_bleu([tokenizer.decode(r.tolist()) for r in refs])}
     texts: dict[str, list[str]] = {"reference": [tokenizer.decode(r.tolist()) for r in refs]}
     jobs = [(name, key, s) for name in p.methods for key, s in _sample_keys(name, p.sample_steps)]
     for name, key, steps in tqdm(jobs, desc="sampling", disable=not progress, leave=False):
         samples = generate(name, models[name], prompts, p, steps)
-        res["samples"][key] = sample_metrics(samples, refs, judge, tokenizer, p, ref_feats)
+        res["samples"][key] = sample_metrics(samples, refs, judge, backbone, tokenizer, p, ref_feats)
         res["speed"][key] = speed(name, models[name], prompts, p, steps)
         texts[key] = [tokenizer.decode(s[p.sample_prompt_len:].tolist()) for s in samples]
     if is_main_process():
@@ -110,40 +163,64 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     return result
 
 
+LOSS_TEXT = {"masked_ce": "the study's masked-token cross-entropy with cosine mask rates t = cos(pi u / 2) in [0.01, 0.99]",
+             "mdlm_bound": "the MDLM 1/t-weighted bound with t ~ U[0.001, 1]"}
+
+
 def setup_text(p, info: dict) -> str:
     b = info["backbone"]
     src = (f"a GPT-2-architecture AR model ({b.get('params', 0):,} parameters, d_model {p.model.d_model}, "
            f"{p.model.n_layers} layers) pretrained here for {p.pretrain.steps} steps on {p.corpus} with a "
            f"{info['tokenizer_vocab']}-token BPE, exported in Hugging Face GPT-2 format and loaded back"
            if b.get("source") == "pretrained here" else f"the {b['kind']} checkpoint at {b['source']}")
-    return (f"Backbone: {src}.  Each method then trains {p.adapt.steps} steps (batch {p.adapt.batch_size}, windows of "
-            f"{p.seq_len} tokens, prompt length uniform in [1, {p.seq_len // 2}]; lr {p.adapt.lr}, from-scratch lr "
-            f"{p.scratch_lr}).  Held-out PPL: {p.eval_windows} validation windows, target = tokens after the first "
-            f"{p.eval_prompt_len}; diffusion numbers are Monte-Carlo ELBO bounds ({p.eval_n_t} antithetic t draws "
-            f"per window, self-conditioning on).  Samples: {p.n_prompts} held-out prompts of {p.sample_prompt_len} "
-            f"tokens, {p.gen_len} generated tokens, temperature {p.temperature}, top-p {p.top_p}; generative PPL and "
-            f"MAUVE features come from the pretrained backbone.  Tokens/s: batch {p.speed_batch}, median of "
-            f"{p.speed_repeats} runs on {p.device}.")
+    return (f"Backbone: {src}.  Each method then trains {p.adapt.steps} steps once per seed {list(p.seeds)} (batch "
+            f"{p.adapt.batch_size}, windows of {p.seq_len} tokens whose first {p.prompt_len} are a clean prompt; "
+            f"lr {p.adapt.lr}, from-scratch lr {p.scratch_lr}); diffusion methods train on {LOSS_TEXT[p.loss]}; the "
+            f"mask token starts as a {p.mask_init} embedding.  Held-out PPL: {p.eval_windows} validation windows, "
+            f"target = tokens after the first {p.prompt_len}; diffusion numbers are Monte-Carlo ELBO bounds "
+            f"({p.eval_n_t} antithetic t draws per window, self-conditioning on, the same draws for every method); "
+            f"intervals are two-level bootstrap 95% intervals over seeds and windows.  The study code's "
+            f"1/(1-t)-weighted number ({p.original_eval_n_t} midpoint mask rates) is shown beside it for "
+            f"comparison with the paper: it is not a bound.  Samples (first seed's models): {p.n_prompts} held-out "
+            f"prompts of {p.sample_prompt_len} tokens, {p.gen_len} generated tokens, temperature {p.temperature}, "
+            f"top-p {p.top_p}; generative PPL under the AR control, MAUVE features from the pretrained backbone.  "
+            f"Tokens/s: batch {p.speed_batch}, median of {p.speed_repeats} runs on {p.device}.")
 
 
 def _f(x, d=2):
     return None if x is None else round(float(x), d)
 
 
+def _interval(m: dict) -> str | None:
+    lo_hi = m.get("val_ppl_interval")
+    return None if not lo_hi else f"[{_f(lo_hi[0])}, {_f(lo_hi[1])}]"
+
+
 def tables(res: dict, p) -> list[Table]:
-    thr = res.get("threshold", {})
+    first, last = p.sample_steps[0], p.sample_steps[-1]
     main = Table(
-        "Main results: held-out perplexity after the same adaptation budget",
-        ["method", "init", "attention", "objective", "PPL", "PPL kind",
-         f"gen PPL ({p.sample_steps[0]} steps)", f"MAUVE ({p.sample_steps[-1]} steps)", "steps to threshold"],
-        [], note=f"threshold = best held-out bound of MDLM from scratch within the budget ({_f(thr.get('value'))}); "
-                 "AR control samples are decoded token by token.")
+        "Main results: held-out perplexity after the same adaptation budget, and samples",
+        ["method", "init", "attention", "objective", "PPL", "95% interval", "PPL kind", "study-code weighting",
+         "MAUVE", "Rep-4", "Self-BLEU", f"tokens/s ({first} steps)", f"tokens/s ({last} steps)", "gen PPL"],
+        [], note=f"PPL: mean over seeds {res.get('seeds')} of the held-out NLL, as a perplexity; the interval is a "
+                 f"two-level bootstrap over seeds and windows.  Study-code weighting: 1/(1-t)-weighted masked CE "
+                 f"(not a bound).  MAUVE, Rep-4, Self-BLEU and gen PPL (under the {res.get('gen_ppl_judge')}) of "
+                 f"the first seed's samples at {last} denoising steps; the AR control decodes token by token.")
     for n, m in res["methods"].items():
-        first = res["samples"].get(f"{n}@{p.sample_steps[0]}") or res["samples"].get(n, {})
-        last = res["samples"].get(f"{n}@{p.sample_steps[-1]}") or res["samples"].get(n, {})
-        main.rows.append([n, m["init"], m["attention"], m["objective"], _f(m["val_ppl"]),
-                          "ELBO bound" if m["bound"] else "exact", _f(first.get("gen_ppl")), _f(last.get("mauve"), 3),
-                          thr.get("steps", {}).get(n)])
+        s_last = res["samples"].get(f"{n}@{last}") or res["samples"].get(n, {})
+        sp_first = res["speed"].get(f"{n}@{first}") or res["speed"].get(n, {})
+        sp_last = res["speed"].get(f"{n}@{last}") or res["speed"].get(n, {})
+        main.rows.append([n, m["init"], m["attention"], m["objective"], _f(m["val_ppl"]), _interval(m),
+                          "ELBO bound" if m["bound"] else "exact", _f(m.get("original_weighting_ppl")),
+                          _f(s_last.get("mauve"), 3), _f(s_last.get("rep4"), 3), _f(s_last.get("self_bleu")),
+                          _f(sp_first.get("tokens_per_s"), 1), _f(sp_last.get("tokens_per_s"), 1), _f(s_last.get("gen_ppl"))])
+    comp = Table("Paired comparisons (A minus B; lower is better for A)",
+                 ["comparison", "A", "B", "mean difference", "95% interval", "per seed", "A better beyond the interval"],
+                 [], note="Held-out NLL in nats per target token (steps for the threshold comparison); the same "
+                          "windows, mask rates and masks for both methods; two-level bootstrap over seeds and windows.")
+    for k, c in res.get("comparisons", {}).items():
+        comp.rows.append([k, c["a"], c["b"], _f(c["mean"], 4), f"[{_f(c['lo'], 4)}, {_f(c['hi'], 4)}]",
+                          ", ".join(str(_f(x, 4)) for x in c["per_seed"]), c["holds"]])
     ar_speed = res["speed"].get("ar_control", {}).get("tokens_per_s")
     samp = Table("Samples: quality, diversity and speed",
                  ["method", "gen PPL", "Rep-4", "Self-BLEU", "MAUVE", "tokens/s", "speed vs AR", "prompt KV reused"], [])
@@ -155,4 +232,4 @@ def tables(res: dict, p) -> list[Table]:
         tps = sp.get("tokens_per_s")
         samp.rows.append([key, _f(s["gen_ppl"]), _f(s["rep4"], 3), _f(s["self_bleu"]), _f(s["mauve"], 3), _f(tps, 1),
                           None if tps is None or not ar_speed else _f(tps / ar_speed), sp.get("prompt_kv_reused")])
-    return [main, samp]
+    return [main, comp, samp]
