@@ -85,7 +85,8 @@ def _hf_block_outputs(hf, tokens):
     """
     backbone = getattr(hf, "backbone", hf)
     seen = []
-    handles = [m.register_forward_hook(lambda mod, inp, out: seen.append(out)) for m in [*backbone.layers, backbone.norm_f]]
+    modules = [*backbone.layers, backbone.norm_f]
+    handles = [m.register_forward_hook(lambda mod, inp, out: seen.append(out)) for m in modules]
     try:
         out = hf(tokens)
     finally:

@@ -40,7 +40,8 @@ def head_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: in
             model(tokens[sl].to(dev), **forward_kwargs)
         for name, z in c.items():
             layer = int(name.split(".")[1])
-            sums[layer] = sums.get(layer, 0.0) + z.float().sum(0).cpu()
+            work = torch.promote_types(z.dtype, torch.float32)  # float64 models keep float64
+            sums[layer] = sums.get(layer, 0.0) + z.to(work).sum(0).cpu()
     B = tokens.shape[0]
     return {layer: (s / B if per_position else s.mean(0) / B) for layer, s in sums.items()}
 
@@ -85,11 +86,11 @@ def ablate_heads(model, heads: Iterable[tuple[int, int]], kind: str = "zero",
 @torch.no_grad()
 def ablation_effects(model, metric: Callable[[object], float], kind: str = "mean",
                      means: dict[int, torch.Tensor] | None = None) -> tuple[float, torch.Tensor]:
-    """(metric without ablation, drop [L, H] = base - metric with that single head ablated)."""
+    """(metric without ablation, drop [L, H] (float64) = base - metric with that single head ablated)."""
     base = float(metric(model))
     L = _n_layers(model)
     H = model.blocks[0].attn.n_heads
-    drop = torch.zeros(L, H)
+    drop = torch.zeros(L, H, dtype=torch.float64)  # metric values are Python floats
     for layer in range(L):
         for head in range(H):
             with ablate_heads(model, [(layer, head)], kind, means):

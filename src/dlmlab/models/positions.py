@@ -7,10 +7,16 @@ import math
 import torch
 
 
-def rope_cos_sin(positions: torch.Tensor, d_head: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables for ``positions`` [T] -> each [T, d_head] (halves duplicated)."""
-    inv = 1.0 / (theta ** (torch.arange(0, d_head, 2, device=positions.device, dtype=torch.float32) / d_head))
-    ang = positions.float()[:, None] * inv[None, :]
+def rope_cos_sin(
+    positions: torch.Tensor, d_head: int, theta: float, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables for ``positions`` [T] -> each [T, d_head] (halves duplicated).
+
+    Built in ``dtype`` (the activations' dtype), at least float32: float64 models get float64 tables.
+    """
+    work = torch.promote_types(dtype, torch.float32)
+    inv = 1.0 / (theta ** (torch.arange(0, d_head, 2, device=positions.device, dtype=work) / d_head))
+    ang = positions.to(work)[:, None] * inv[None, :]
     ang = torch.cat([ang, ang], dim=-1)
     return ang.cos(), ang.sin()
 

@@ -110,7 +110,9 @@ class Transformer(HookedModule):
             x = x + self.pos_embed(self.pos_emb(q_pos)[None].expand(B, -1, -1))
         if embed_add is not None:
             x = x + embed_add
-        rope = rope_cos_sin(q_pos, self.cfg.d_head, self.cfg.rope_theta) if self.cfg.positions == "rope" else None
+        rope = None
+        if self.cfg.positions == "rope":
+            rope = rope_cos_sin(q_pos, self.cfg.d_head, self.cfg.rope_theta, x.dtype)
         bias, is_causal = self.attention_bias(kind, q_pos, k_pos, prompt_len, x.dtype)
         for block in self.blocks:
             x = block(x, bias, is_causal, rope, kv_cache)
