@@ -9,6 +9,7 @@ from dlmlab.config import ConfigError
 from dlmlab.models.factory import build_model
 from dlmlab.models.mamba2 import Mamba2, Mamba2Config, ssm_states
 from dlmlab.models.ssd import segsum, ssd_scan, ssd_scan_ref
+from mamba2_loop import Shape, skip_unless_hf_agrees
 
 
 def test_segsum_definition():
@@ -45,19 +46,9 @@ def test_chunked_ssd_matches_sequential(T, chunk):
 
 
 # ---------------------------------------------------------------- Hugging Face equivalence
-def _hf_agrees_with_loop():
-    """Compare with HF only where its Mamba2Mixer matches the float64 loop (tests/test_ssd_reference.py)."""
-    transformers = pytest.importorskip("transformers")
-    from mamba2_loop import HF_TOLERANCE, Shape, hf_loop_gap
-
-    gap = hf_loop_gap(Shape(n_groups=2), T=21, chunk=8)
-    if not gap <= HF_TOLERANCE:
-        pytest.skip(f"transformers {transformers.__version__} Mamba2Mixer differs from the float64 loop by {gap:.3g}")
-    return transformers
-
-
 def _hf_mamba2(tmp_path, causal_lm: bool, n_groups: int = 1):
-    transformers = _hf_agrees_with_loop()
+    # only for transformers versions whose Mamba2Mixer matches the float64 loop (tests/test_ssd_reference.py)
+    transformers = skip_unless_hf_agrees(Shape(n_groups=n_groups), T=21, chunk=8)
     from dlmlab.models.hf_mamba import load_hf_mamba
 
     cfg = transformers.Mamba2Config(

@@ -13,7 +13,7 @@ import torch
 
 from dlmlab.models.mamba2 import Mamba2Config, Mamba2Mixer
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
-from mamba2_loop import HF_TOLERANCE, Shape, hf_loop_gap, inputs, loop_mixer, loop_ssd, random_params
+from mamba2_loop import Shape, inputs, loop_mixer, loop_ssd, random_params, skip_unless_hf_agrees
 
 CHUNK = 8
 CASES = [(T, G) for T in (8, 21) for G in (1, 2)]  # 21 = 2 full chunks of 8 + a padded one
@@ -81,7 +81,4 @@ def test_our_mixer_matches_loop(T, G, scan):
 @pytest.mark.parametrize("T,G", CASES)
 def test_hf_mixer_matches_loop(T, G):
     """Hugging Face's Mamba2Mixer (torch path) against the loop; a disagreement is HF's, reported as a skip."""
-    transformers = pytest.importorskip("transformers")
-    gap = hf_loop_gap(Shape(n_groups=G), T, CHUNK)
-    if not gap <= HF_TOLERANCE:
-        pytest.skip(f"transformers {transformers.__version__} Mamba2Mixer differs from the float64 loop by {gap:.3g}")
+    skip_unless_hf_agrees(Shape(n_groups=G), T, CHUNK)
