@@ -53,7 +53,7 @@ def _loop_threads() -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def _check(u, dt, A, B, C) -> None:
+def check_scan_inputs(u, dt, A, B, C) -> None:
     if u.dim() != 3 or dt.shape != u.shape:
         raise ValueError(f"u and dt must both be [B,T,Di], got {tuple(u.shape)} and {tuple(dt.shape)}")
     if A.dim() != 2 or A.shape[0] != u.shape[2]:
@@ -65,7 +65,7 @@ def _check(u, dt, A, B, C) -> None:
 
 def selective_scan_ref(u, dt, A, B, C, return_states: bool = False):
     """Sequential reference; ``return_states`` also returns h [B,T,Di,N]."""
-    _check(u, dt, A, B, C)
+    check_scan_inputs(u, dt, A, B, C)
     Bsz, T, Di = u.shape
     h = u.new_zeros(Bsz, Di, A.shape[1])
     ys, hs = [], []
@@ -158,7 +158,7 @@ class _SelectiveScan(torch.autograd.Function):
 
 def selective_scan(u, dt, A, B, C, chunk: int = 16):
     """Fast selective scan (chunked, hand-written backward); same result as :func:`selective_scan_ref`."""
-    _check(u, dt, A, B, C)
+    check_scan_inputs(u, dt, A, B, C)
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if u.shape[1] == 0:

@@ -1,0 +1,319 @@
+// Fused Mamba-1 selective scan on CPU, forward and backward (see dlmlab/models/fused_scan.py).
+//
+//   h_t = exp(dt_t A) * h_{t-1} + dt_t u_t B_t,   y_t = sum_n C_t[n] h_t[n]      (per batch b, channel d)
+//   out_t = (y_t + D u_t) * silu(z_t)    (without z: out_t = y_t + D u_t)
+//
+// Shapes: u, dt, z, out [Bs,T,Di]; At = A^T [N,Di]; B, C [Bs,T,N]; D [Di]; checkpoints hck [Bs,nck,N,Di]
+// (the state before every chunk-th step).  Work items are (batch, block of W channels); the state
+// of one item is a local [N][W] array, vectorised over the W channels, so [Bs,T,Di,N] is never
+// stored.  The backward recomputes one chunk of states and exp(dt A) from its checkpoint, then
+// runs the adjoint recurrence in reverse time.  Sums over channels (dB, dC) and over the batch
+// (dA, dD) are taken per item and then reduced in a fixed order: results do not depend on the number
+// of threads.  Built with -ffp-contract=off, so the float path gives the same bits whatever the
+// SIMD width.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int W = 16;  // channels per work item (one AVX-512 float vector)
+
+// exp for float: Cody-Waite range reduction and a degree-6 polynomial (~1 ulp); written with
+// plain arithmetic so that the channel loops vectorise.
+inline float fexp(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  float k = (x * 1.44269504088896341f + magic) - magic;
+  float r = x - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+template <typename T> inline T sexp(T x);
+template <> inline float sexp<float>(float x) { return fexp(x); }
+template <> inline double sexp<double>(double x) { return std::exp(x); }
+
+struct Dims {
+  int64_t Bs, T, Di, N, nblk, chunk, nck;
+};
+
+inline Dims dims_of(const at::Tensor& u, const at::Tensor& At, int64_t chunk) {
+  Dims s;
+  s.Bs = u.size(0); s.T = u.size(1); s.Di = u.size(2); s.N = At.size(0);
+  s.nblk = (s.Di + W - 1) / W; s.chunk = chunk; s.nck = (s.T + chunk - 1) / chunk;
+  return s;
+}
+
+// Copy W channels starting at d0 (wn of them valid) into a zero-padded local vector.
+template <typename T>
+inline void load_lanes(T* dst, const T* src, int64_t wn) {
+  for (int w = 0; w < W; ++w) dst[w] = w < wn ? src[w] : T(0);
+}
+
+// Sum each row of p [N][W] over its W lanes with a fixed pairwise tree; row sums end in p[n*W].
+template <typename T>
+inline void tree_sum_rows(T* p, int64_t N) {
+  for (int half = W / 2; half >= 1; half /= 2)
+    for (int64_t n = 0; n < N; ++n)
+      for (int w = 0; w < half; ++w) p[n * W + w] += p[n * W + w + half];
+}
+
+// Inputs shared by forward and backward (z may be null: no gate).
+template <typename T>
+struct In {
+  const T *u, *dt, *At, *B, *C, *D, *z;
+};
+
+// Per-lane epilogue: ys = y + D u, out = ys * silu(z) (or ys without z).
+template <typename T>
+inline T sigmoid(T z) { return T(1) / (T(1) + sexp<T>(-z)); }
+
+template <typename T>
+void forward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, T* out, T* hck) {
+  const int64_t N = s.N, Di = s.Di, d0 = blk * W, wn = std::min<int64_t>(W, Di - d0);
+  std::vector<T> h(N * W, T(0)), a(N * W, T(0));
+  for (int64_t n = 0; n < N; ++n) load_lanes(&a[n * W], in.At + n * Di + d0, wn);
+  alignas(64) T xdt[W], xu[W], x[W], yv[W], dv[W], zv[W];
+  load_lanes(dv, in.D + d0, wn);
+  for (int64_t t = 0; t < s.T; ++t) {
+    if (hck && t % s.chunk == 0) {
+      T* dst = hck + ((b * s.nck + t / s.chunk) * N) * Di + d0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int w = 0; w < wn; ++w) dst[n * Di + w] = h[n * W + w];
+    }
+    const int64_t row = (b * s.T + t) * Di + d0;
+    load_lanes(xdt, in.dt + row, wn);
+    load_lanes(xu, in.u + row, wn);
+    for (int w = 0; w < W; ++w) { x[w] = xdt[w] * xu[w]; yv[w] = T(0); }
+    const T* Bt = in.B + (b * s.T + t) * N;
+    const T* Ct = in.C + (b * s.T + t) * N;
+    for (int64_t n = 0; n < N; ++n) {
+      const T bn = Bt[n], cn = Ct[n];
+      T* hn = &h[n * W];
+      const T* an = &a[n * W];
+#pragma GCC ivdep
+      for (int w = 0; w < W; ++w) {
+        T hv = sexp<T>(xdt[w] * an[w]) * hn[w] + x[w] * bn;
+        hn[w] = hv;
+        yv[w] += cn * hv;
+      }
+    }
+    for (int w = 0; w < W; ++w) yv[w] = yv[w] + dv[w] * xu[w];
+    if (in.z) {
+      load_lanes(zv, in.z + row, wn);
+      for (int w = 0; w < W; ++w) yv[w] = yv[w] * (zv[w] * sigmoid<T>(zv[w]));
+    }
+    for (int w = 0; w < wn; ++w) out[row + w] = yv[w];
+  }
+}
+
+// Gradient outputs; gA_part [Bs,N,Di], gD_part [Bs,Di], gB_part / gC_part [Bs,nblk,T,N] are
+// per-item partial sums, reduced afterwards in a fixed order.
+template <typename T>
+struct Grads {
+  T *gu, *gdt, *gz, *gA_part, *gD_part, *gB_part, *gC_part;
+};
+
+template <typename T>
+void backward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, const T* gout, const T* hck,
+                   const Grads<T>& g) {
+  const int64_t N = s.N, Di = s.Di, L = s.chunk, NW = N * W, d0 = blk * W, wn = std::min<int64_t>(W, Di - d0);
+  std::vector<T> a(NW, T(0)), carry(NW, T(0)), gA(NW, T(0)), pB(NW), pC(NW);
+  std::vector<T> H((L + 1) * NW), E(L * NW), xdt(L * W), xu(L * W), Y(L * W);
+  for (int64_t n = 0; n < N; ++n) load_lanes(&a[n * W], in.At + n * Di + d0, wn);
+  alignas(64) T x[W], gyv[W], gx[W], gdtA[W], dv[W], gD[W], zv[W], gzv[W];
+  load_lanes(dv, in.D + d0, wn);
+  for (int w = 0; w < W; ++w) gD[w] = T(0);
+  for (int64_t c = s.nck - 1; c >= 0; --c) {
+    const int64_t t0 = c * L, len = std::min(L, s.T - t0);
+    const T* src = hck + ((b * s.nck + c) * N) * Di + d0;
+    for (int64_t n = 0; n < N; ++n) load_lanes(&H[n * W], src + n * Di, wn);
+    for (int64_t i = 0; i < len; ++i) {  // recompute the chunk's states, exp(dt A) and y
+      const int64_t row = (b * s.T + t0 + i) * Di + d0;
+      T* xd = &xdt[i * W];
+      T* xv = &xu[i * W];
+      T* yv = &Y[i * W];
+      load_lanes(xd, in.dt + row, wn);
+      load_lanes(xv, in.u + row, wn);
+      for (int w = 0; w < W; ++w) { x[w] = xd[w] * xv[w]; yv[w] = T(0); }
+      const T* Bt = in.B + (b * s.T + t0 + i) * N;
+      const T* Ct = in.C + (b * s.T + t0 + i) * N;
+      for (int64_t n = 0; n < N; ++n) {
+        const T bn = Bt[n], cn = Ct[n];
+        const T* hp = &H[i * NW + n * W];
+        T* hn = &H[(i + 1) * NW + n * W];
+        T* en = &E[i * NW + n * W];
+        const T* an = &a[n * W];
+#pragma GCC ivdep
+        for (int w = 0; w < W; ++w) {
+          T e = sexp<T>(xd[w] * an[w]);
+          en[w] = e;
+          T hv = e * hp[w] + x[w] * bn;
+          hn[w] = hv;
+          yv[w] += cn * hv;
+        }
+      }
+    }
+    for (int64_t i = len - 1; i >= 0; --i) {  // adjoint: G_t = gy_t C_t + exp(dt_{t+1} A) G_{t+1}
+      const int64_t t = t0 + i, row = (b * s.T + t) * Di + d0;
+      const T* xd = &xdt[i * W];
+      const T* xv = &xu[i * W];
+      load_lanes(gyv, gout + row, wn);
+      if (in.z) {  // through out = (y + D u) * silu(z)
+        load_lanes(zv, in.z + row, wn);
+        for (int w = 0; w < W; ++w) {
+          T sg = sigmoid<T>(zv[w]), ys = Y[i * W + w] + dv[w] * xv[w];
+          gzv[w] = gyv[w] * ys * sg * (T(1) + zv[w] * (T(1) - sg));
+          gyv[w] = gyv[w] * (zv[w] * sg);
+        }
+        for (int w = 0; w < wn; ++w) g.gz[row + w] = gzv[w];
+      }
+      for (int w = 0; w < W; ++w) {
+        x[w] = xd[w] * xv[w]; gx[w] = T(0); gdtA[w] = T(0);
+        gD[w] += gyv[w] * xv[w];
+      }
+      const T* Bt = in.B + (b * s.T + t) * N;
+      const T* Ct = in.C + (b * s.T + t) * N;
+      for (int64_t n = 0; n < N; ++n) {
+        const T bn = Bt[n], cn = Ct[n];
+        const T* hp = &H[i * NW + n * W];
+        const T* hn = &H[(i + 1) * NW + n * W];
+        const T* en = &E[i * NW + n * W];
+        const T* an = &a[n * W];
+        T* cr = &carry[n * W];
+        T* gAn = &gA[n * W];
+        T* pBn = &pB[n * W];
+        T* pCn = &pC[n * W];
+#pragma GCC ivdep
+        for (int w = 0; w < W; ++w) {
+          T gh = gyv[w] * cn + cr[w];
+          T sv = gh * hp[w] * en[w];  // dL/d(dt A)
+          pCn[w] = gyv[w] * hn[w];
+          pBn[w] = gh * x[w];
+          gx[w] += gh * bn;
+          gdtA[w] += sv * an[w];
+          gAn[w] += sv * xd[w];
+          cr[w] = en[w] * gh;
+        }
+      }
+      tree_sum_rows(pB.data(), N);
+      tree_sum_rows(pC.data(), N);
+      T* gBt = g.gB_part + ((b * s.nblk + blk) * s.T + t) * N;
+      T* gCt = g.gC_part + ((b * s.nblk + blk) * s.T + t) * N;
+      for (int64_t n = 0; n < N; ++n) { gBt[n] = pB[n * W]; gCt[n] = pC[n * W]; }
+      for (int w = 0; w < wn; ++w) {
+        g.gu[row + w] = gx[w] * xd[w] + gyv[w] * dv[w];
+        g.gdt[row + w] = gdtA[w] + gx[w] * xv[w];
+      }
+    }
+  }
+  T* dst = g.gA_part + b * N * Di + d0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int w = 0; w < wn; ++w) dst[n * Di + w] = gA[n * W + w];
+  for (int w = 0; w < wn; ++w) g.gD_part[b * Di + d0 + w] = gD[w];
+}
+
+void check_inputs(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) {
+    TORCH_CHECK(t.device().is_cpu(), "fused selective scan: CPU tensors only");
+    TORCH_CHECK(t.is_contiguous(), "fused selective scan: inputs must be contiguous");
+    TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "fused selective scan: inputs must share one dtype");
+  }
+}
+
+template <typename T>
+In<T> inputs_of(const at::Tensor& u, const at::Tensor& dt, const at::Tensor& At, const at::Tensor& B,
+                const at::Tensor& C, const at::Tensor& D, const at::Tensor& z) {
+  return {u.data_ptr<T>(), dt.data_ptr<T>(), At.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(), D.data_ptr<T>(),
+          z.numel() ? z.data_ptr<T>() : nullptr};
+}
+
+// out[i] = sum_k part[k][i] over k in 0..K-1 in order, for i in 0..M-1, parts [outer][K][M].
+template <typename T>
+void fixed_order_sum(const T* part, T* out, int64_t outer, int64_t K, int64_t M) {
+  at::parallel_for(0, outer * M, 2048, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      const int64_t o = j / M, i = j % M;
+      T acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += part[(o * K + k) * M + i];
+      out[j] = acc;
+    }
+  });
+}
+
+}  // namespace
+
+// Forward.  u, dt, z [Bs,T,Di] (z empty: no gate), At [N,Di], B, C [Bs,T,N], D [Di].
+// Returns (out [Bs,T,Di], checkpoints [Bs,nck,N,Di] or an empty tensor without keep).
+std::vector<at::Tensor> scan_forward(at::Tensor u, at::Tensor dt, at::Tensor At, at::Tensor B, at::Tensor C,
+                                     at::Tensor D, at::Tensor z, int64_t chunk, bool keep) {
+  check_inputs({u, dt, At, B, C, D, z});
+  TORCH_CHECK(chunk >= 1, "chunk must be >= 1");
+  const Dims s = dims_of(u, At, chunk);
+  auto out = at::empty_like(u);
+  auto hck = keep ? at::empty({s.Bs, s.nck, s.N, s.Di}, u.options()) : at::empty({0}, u.options());
+  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "fused_scan_forward", [&] {
+    const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D, z);
+    scalar_t *po = out.data_ptr<scalar_t>(), *ph = keep ? hck.data_ptr<scalar_t>() : nullptr;
+    at::parallel_for(0, s.Bs * s.nblk, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) forward_item<scalar_t>(s, i / s.nblk, i % s.nblk, in, po, ph);
+    });
+  });
+  return {out, hck};
+}
+
+// Backward.  Returns (gu, gdt [Bs,T,Di], gAt [N,Di], gB, gC [Bs,T,N], gD [Di], gz [Bs,T,Di] or empty).
+std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At, at::Tensor B, at::Tensor C,
+                                      at::Tensor D, at::Tensor z, at::Tensor gout, at::Tensor hck, int64_t chunk) {
+  check_inputs({u, dt, At, B, C, D, z, gout, hck});
+  const Dims s = dims_of(u, At, chunk);
+  auto gu = at::empty_like(u), gdt = at::empty_like(u), gz = at::empty_like(z);
+  auto gA_part = at::empty({s.Bs, s.N, s.Di}, u.options());
+  auto gD_part = at::empty({s.Bs, s.Di}, u.options());
+  auto gB_part = at::empty({s.Bs, s.nblk, s.T, s.N}, u.options());
+  auto gC_part = at::empty({s.Bs, s.nblk, s.T, s.N}, u.options());
+  auto gAt = at::empty_like(At), gB = at::empty_like(B), gC = at::empty_like(C), gD = at::empty_like(D);
+  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "fused_scan_backward", [&] {
+    const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D, z);
+    const Grads<scalar_t> g{gu.data_ptr<scalar_t>(), gdt.data_ptr<scalar_t>(),
+                            z.numel() ? gz.data_ptr<scalar_t>() : nullptr, gA_part.data_ptr<scalar_t>(),
+                            gD_part.data_ptr<scalar_t>(), gB_part.data_ptr<scalar_t>(), gC_part.data_ptr<scalar_t>()};
+    const scalar_t *pg = gout.data_ptr<scalar_t>(), *ph = hck.data_ptr<scalar_t>();
+    at::parallel_for(0, s.Bs * s.nblk, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) backward_item<scalar_t>(s, i / s.nblk, i % s.nblk, in, pg, ph, g);
+    });
+    // fixed-order reductions: over channel blocks for dB, dC; over the batch for dA, dD
+    fixed_order_sum(g.gB_part, gB.data_ptr<scalar_t>(), s.Bs, s.nblk, s.T * s.N);
+    fixed_order_sum(g.gC_part, gC.data_ptr<scalar_t>(), s.Bs, s.nblk, s.T * s.N);
+    fixed_order_sum(g.gA_part, gAt.data_ptr<scalar_t>(), 1, s.Bs, s.N * s.Di);
+    fixed_order_sum(g.gD_part, gD.data_ptr<scalar_t>(), 1, s.Bs, s.Di);
+  });
+  return {gu, gdt, gAt, gB, gC, gD, gz};
+}
+
+TORCH_LIBRARY(dlmlab_fused_scan, m) {
+  m.def("forward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, int chunk, bool keep)"
+        " -> Tensor[]", &scan_forward);
+  m.def("backward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, Tensor gout,"
+        " Tensor hck, int chunk) -> Tensor[]", &scan_backward);
+}

@@ -1,0 +1,129 @@
+"""Fused Mamba-1 selective scan: a C++ kernel (csrc/selective_scan.cpp) built at first use.
+
+Same recurrence, shapes and result as :func:`dlmlab.models.selective_scan.selective_scan`
+(``u, dt`` [B,T,Di], ``A`` [Di,N], ``B, C`` [B,T,N] -> ``y`` [B,T,Di]), optionally with the
+Mamba block's epilogue fused in (``(y + D u) * silu(z)``, ``D`` [Di], ``z`` [B,T,Di]).  The state lives in
+a local [N, 16-channel] array per (batch, channel block), so [B,T,Di,N] is never stored.
+Training keeps only checkpoints of the state every ``chunk`` steps ([B,T/chunk,N,Di]); the
+backward recomputes one chunk at a time and runs the adjoint recurrence in reverse time.
+Work is split over (batch, channel block) with torch's intra-op threads; the cross-channel and
+cross-batch sums of the backward are taken in a fixed order, so results do not depend on the
+thread count.
+
+The extension is compiled once per user, source, torch version and CPU (``-O3 -march=native``,
+about 30-60 s) into ``$XDG_CACHE_HOME/dlmlab/fused_scan/<key>`` (``~/.cache`` by default) and
+loaded from there afterwards.  When it cannot be built (no compiler, no source file) or the
+tensors are not on the CPU, :func:`fused_selective_scan` falls back to the pure-PyTorch chunked
+scan, warning once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from dlmlab.models.selective_scan import check_scan_inputs, selective_scan
+
+SOURCE = Path(__file__).with_name("csrc") / "selective_scan.cpp"
+CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"] + (
+    ["-mprefer-vector-width=512"] if platform.machine().lower() in ("x86_64", "amd64") else [])
+
+
+def _cpu_signature() -> str:
+    """The CPU model and feature flags (the build uses -march=native, so it is per CPU)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "\n".join(next((ln for ln in lines if ln.startswith(k)), "") for k in ("model name", "flags"))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def build_dir() -> Path:
+    """Per-user cache folder for this source, these flags, this torch and this CPU."""
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(CFLAGS), torch.__version__,
+                                    sys.version, _cpu_signature()]).encode()).hexdigest()[:16]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "dlmlab" / "fused_scan" / key
+
+
+@functools.lru_cache(maxsize=None)
+def load_extension():
+    """The compiled ops (``torch.ops.dlmlab_fused_scan``: ``forward`` / ``backward``), or ``None`` after one warning."""
+    try:
+        from torch.utils.cpp_extension import load
+
+        out = build_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        load(name="dlmlab_fused_scan", sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+             build_directory=str(out), is_python_module=False, verbose=False)
+        return torch.ops.dlmlab_fused_scan
+    except Exception as e:  # noqa: BLE001 -- any build failure means: use the fallback
+        warnings.warn(f"fused selective scan unavailable ({type(e).__name__}: {str(e).strip()[:300]}); "
+                      f"using the pure-PyTorch chunked scan", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def available() -> bool:
+    """Whether the C++ kernel is built and loadable (builds it on first call)."""
+    return load_extension() is not None
+
+
+class _FusedScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, dt, A, B, C, D, z, chunk: int):
+        At = A.t().contiguous()
+        out, hck = load_extension().forward(u, dt, At, B, C, D, z, chunk, True)
+        ctx.save_for_backward(u, dt, At, B, C, D, z, hck)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, gout):
+        u, dt, At, B, C, D, z, hck = ctx.saved_tensors
+        gu, gdt, gAt, gB, gC, gD, gz = load_extension().backward(u, dt, At, B, C, D, z, gout.contiguous(), hck,
+                                                                   ctx.chunk)
+        return gu, gdt, gAt.t(), gB, gC, gD, (gz if z.numel() else None), None
+
+
+def reference_epilogue(y, u, D=None, z=None):
+    """``(y + D u) * silu(z)`` in PyTorch (terms left out when ``None``); all [B,T,Di], D [Di]."""
+    if D is not None:
+        y = y + u * D
+    return y if z is None else y * F.silu(z)
+
+
+def fused_selective_scan(u, dt, A, B, C, D=None, z=None, chunk: int = 16):
+    """``(selective_scan(u, dt, A, B, C) + D u) * silu(z)`` with the C++ kernel.
+
+    Shapes: ``u, dt, z`` [B,T,Di], ``A`` [Di,N], ``B, C`` [B,T,N], ``D`` [Di] -> [B,T,Di];
+    ``D`` and ``z`` are optional.  Falls back to the pure-PyTorch chunked scan plus
+    :func:`reference_epilogue` (same result) when the kernel is unavailable or the inputs are
+    not float32/float64 CPU tensors of one dtype.
+    """
+    check_scan_inputs(u, dt, A, B, C)
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    Di = u.shape[2]
+    if D is not None and tuple(D.shape) != (Di,):
+        raise ValueError(f"D must be [Di={Di}], got {tuple(D.shape)}")
+    if z is not None and z.shape != u.shape:
+        raise ValueError(f"z must be [B,T,Di]={tuple(u.shape)}, got {tuple(z.shape)}")
+    given = [t for t in (u, dt, A, B, C, D, z) if t is not None]
+    usable = ({t.dtype for t in given} in ({torch.float32}, {torch.float64})
+              and all(t.device.type == "cpu" for t in given))
+    if not usable or u.shape[1] == 0 or load_extension() is None:
+        return reference_epilogue(selective_scan(u, dt, A, B, C, chunk=chunk), u, D, z)
+    u, dt, A, B, C = (t.contiguous() for t in (u, dt, A, B, C))
+    D_ = u.new_zeros(Di) if D is None else D.contiguous()
+    z_ = u.new_empty(0) if z is None else z.contiguous()
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in given)):
+        return load_extension().forward(u, dt, A.t().contiguous(), B, C, D_, z_, chunk, False)[0]
+    return _FusedScan.apply(u, dt, A, B, C, D_, z_, chunk)
