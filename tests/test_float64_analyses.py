@@ -12,9 +12,13 @@ import torch
 
 from conftest import tiny_transformer
 from dlmlab.analysis import ablation, fold
+from dlmlab.analysis.direction_ablation import project_out
+from dlmlab.analysis.heads import attention_patterns
+from dlmlab.analysis.storage_routing import attention_scores, storage_routing
 from dlmlab.models.mamba2 import GatedRMSNorm
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.positions import rope_cos_sin
+from dlmlab.tasks.relations import Queries
 
 TOL = dict(atol=1e-12, rtol=1e-12)
 
@@ -69,10 +73,9 @@ def test_rope_tables_are_float64():
                 assert abs(float(sin[p, col]) - math.sin(ang)) <= 1e-12
 
 
-def test_rope_model_attention_is_float64():
-    """A float64 RoPE model's attention pattern equals softmax(rot(q) rot(k)^T / sqrt(dh)) computed here."""
-    m, x = _model(positions="rope", max_seq_len=40), _tokens(2, 40)
-    c = _cached(m, ["blocks.0.attn.q", "blocks.0.attn.k", "blocks.0.attn.pattern"], x)
+def _rope_scores(m, x):
+    """Pre-softmax causal scores [B,H,T,T] of layer 0, rotated here from the hooked q, k (float64)."""
+    c = _cached(m, ["blocks.0.attn.q", "blocks.0.attn.k"], x)
     q, k = c["blocks.0.attn.q"], c["blocks.0.attn.k"]  # [B,T,H,dh], before RoPE
     T, dh = q.shape[1], q.shape[-1]
     half = dh // 2
@@ -84,8 +87,47 @@ def test_rope_model_attention_is_float64():
         return torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1)
 
     scores = torch.einsum("bthd,bshd->bhts", rot(q), rot(k)) / math.sqrt(dh)
-    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
-    torch.testing.assert_close(c["blocks.0.attn.pattern"], scores.softmax(-1), **TOL)
+    return scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+
+
+def _rope_model():
+    return _model(positions="rope", max_seq_len=40), _tokens(2, 40)
+
+
+def test_rope_model_attention_is_float64():
+    """A float64 RoPE model's attention pattern equals softmax(rot(q) rot(k)^T / sqrt(dh)) computed here."""
+    m, x = _rope_model()
+    pattern = _cached(m, "blocks.0.attn.pattern", x)["blocks.0.attn.pattern"]
+    torch.testing.assert_close(pattern, _rope_scores(m, x).softmax(-1), **TOL)
+
+
+def test_attention_patterns_keep_float64():
+    m, x = _rope_model()
+    torch.testing.assert_close(attention_patterns(m, x)[0], _rope_scores(m, x).softmax(-1), **TOL)
+
+
+def test_attention_scores_keep_float64():
+    m, x = _rope_model()
+    torch.testing.assert_close(attention_scores(m, x, 0), _rope_scores(m, x), **TOL)
+
+
+def test_storage_routing_probs_keep_float64():
+    m, x = _model(), _tokens(3, 6)
+    q = Queries(x, torch.tensor([5, 2, 4]), torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2]))
+    with torch.no_grad():
+        want = m(x)[torch.arange(3), q.query_pos].softmax(-1)
+    torch.testing.assert_close(storage_routing(m, q).probs, want, **TOL)
+
+
+def test_project_out_keeps_float64():
+    g = torch.Generator().manual_seed(2)
+    basis = torch.randn(3, 16, dtype=torch.float64, generator=g)
+    x = torch.randn(5, 16, dtype=torch.float64, generator=g)
+    left = project_out(basis)(x)
+    torch.testing.assert_close(left @ basis.T, torch.zeros(5, 3, dtype=torch.float64), **TOL)
+    # and what was removed lies in the span: least squares of x on the basis
+    coef = torch.linalg.lstsq(basis.T, x.T).solution  # [3, 5]
+    torch.testing.assert_close(x - left, (basis.T @ coef).T, **TOL)
 
 
 def _std(v: torch.Tensor, eps: float, center: bool) -> float:

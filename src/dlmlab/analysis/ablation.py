@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from dlmlab.analysis.heads import model_device, row_chunks
+from dlmlab.models.precision import upcast
 
 ABLATIONS = ("zero", "mean")
 
@@ -40,8 +41,7 @@ def head_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: in
             model(tokens[sl].to(dev), **forward_kwargs)
         for name, z in c.items():
             layer = int(name.split(".")[1])
-            work = torch.promote_types(z.dtype, torch.float32)  # float64 models keep float64
-            sums[layer] = sums.get(layer, 0.0) + z.to(work).sum(0).cpu()
+            sums[layer] = sums.get(layer, 0.0) + upcast(z).sum(0).cpu()  # float64 models keep float64
     B = tokens.shape[0]
     return {layer: (s / B if per_position else s.mean(0) / B) for layer, s in sums.items()}
 

@@ -22,20 +22,21 @@ import torch
 from dlmlab.analysis.probes import ProbeResult
 
 
-def orthonormal(basis) -> torch.Tensor:
-    """[k, D] -> orthonormal rows spanning the same space (float32); zero rows dropped."""
+def orthonormal(basis, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[k, D] -> orthonormal rows spanning the same space (computed in float64, returned in ``dtype``);
+    zero rows dropped."""
     b = torch.as_tensor(np.asarray(basis, dtype=np.float64) if not isinstance(basis, torch.Tensor) else basis)
     b = b.double().reshape(-1, b.shape[-1])
     if b.shape[0] == 0:
         raise ValueError("basis must have at least one direction")
     q, r = torch.linalg.qr(b.T)
     keep = r.diagonal().abs() > 1e-8 * max(1.0, float(r.diagonal().abs().max()))
-    return q[:, keep].T.float()
+    return q[:, keep].T.to(dtype)
 
 
 def project_out(basis) -> Callable[[torch.Tensor], torch.Tensor]:
     """fn(x [..., D]) -> x minus its projection on span(basis [k, D])."""
-    q = orthonormal(basis)
+    q = orthonormal(basis, torch.float64)  # cast to each input's dtype below
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         qq = q.to(x.device, x.dtype)

@@ -26,6 +26,7 @@ from torch import nn
 
 from dlmlab.analysis.heads import model_device
 from dlmlab.models.norm import RMSNorm
+from dlmlab.models.precision import upcast
 
 
 class FrozenScaleNorm(nn.Module):
@@ -80,7 +81,7 @@ def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, floa
         key = _site_name(model, owner, attr)
 
         def hook(mod, inp, out, key=key, center=center, eps=eps):
-            x = inp[0].to(torch.promote_types(inp[0].dtype, torch.float32))  # float64 stays float64
+            x = upcast(inp[0])  # float64 stays float64
             if center:
                 x = x - x.mean(-1, keepdim=True)
             seen[key] = float((x.pow(2).mean(-1) + eps).sqrt().mean())
@@ -175,9 +176,7 @@ def _linear_attrs(model, owner, attr: str) -> list[tuple[nn.Module, str]]:
 def fold_gap(model, folded, tokens: torch.Tensor, **forward_kwargs) -> dict[str, float]:
     """How far the folded model is from the original on ``tokens``: max |logit diff| and mean KL (nats)."""
     x = tokens.to(model_device(model))
-    a, b = model(x, **forward_kwargs), folded(x, **forward_kwargs)
-    work = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
-    a, b = a.to(work), b.to(work)
+    a, b = upcast(model(x, **forward_kwargs)), upcast(folded(x, **forward_kwargs))
     la, lb = a.log_softmax(-1), b.log_softmax(-1)
     kl = (la.exp() * (la - lb)).sum(-1).mean()
     agree = (a.argmax(-1) == b.argmax(-1)).float().mean()

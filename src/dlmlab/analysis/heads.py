@@ -17,6 +17,8 @@ from typing import Iterator
 
 import torch
 
+from dlmlab.models.precision import upcast
+
 
 def model_device(model) -> torch.device:
     """Device of the model's first parameter (CPU for a parameter-less module)."""
@@ -34,7 +36,7 @@ def attention_patterns(model, tokens: torch.Tensor, **forward_kwargs) -> dict[in
     """tokens [B, T] -> {layer: pattern [B, H, T, T]} on the CPU (probabilities, rows sum to 1)."""
     with model.cache("blocks.*.attn.pattern") as c:
         model(tokens.to(model_device(model)), **forward_kwargs)
-    return {int(name.split(".")[1]): p.float().cpu() for name, p in c.items()}
+    return {int(name.split(".")[1]): upcast(p).cpu() for name, p in c.items()}
 
 
 @torch.no_grad()

@@ -30,6 +30,7 @@ from torch import nn
 from dlmlab.models.masks import build_mask
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.positions import apply_rope, rope_cos_sin
+from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries
 
 
@@ -47,13 +48,13 @@ def attention_scores(model, tokens: torch.Tensor, layer: int = 0, attn_mask: str
     names = [f"blocks.{layer}.attn.q", f"blocks.{layer}.attn.k"]
     with torch.no_grad(), model.cache(names) as c:
         model(tokens, attn_mask=attn_mask, prompt_len=prompt_len)
-    q = c[names[0]].transpose(1, 2).float()  # [B,H,T,dh]
-    k = c[names[1]].transpose(1, 2).float()
+    q = upcast(c[names[0]].transpose(1, 2))  # [B,H,T,dh]
+    k = upcast(c[names[1]].transpose(1, 2))
     T = tokens.shape[1]
     pos = torch.arange(T, device=tokens.device)
     cfg = model.cfg
     if cfg.positions == "rope":
-        cos, sin = rope_cos_sin(pos, cfg.d_head, cfg.rope_theta)
+        cos, sin = rope_cos_sin(pos, cfg.d_head, cfg.rope_theta, q.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     scores = (q @ k.transpose(-1, -2)) * model.blocks[layer].attn.scale
     kind = attn_mask or cfg.attn_mask
@@ -151,7 +152,7 @@ def storage_routing(model, q: Queries, layer: int = 0, exclude: tuple[int, ...] 
     storage = torch.einsum("nhtm,nm->nht", lin, W_U)
     alpha = pattern[rows, :, q.query_pos]  # [N,H,T]
     routed = alpha * storage
-    at = logits[rows, q.query_pos].float()
+    at = upcast(logits[rows, q.query_pos])
     if exclude:
         at[:, list(exclude)] = float("-inf")
     return StorageRouting(

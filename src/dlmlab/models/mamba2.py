@@ -30,6 +30,7 @@ from torch import nn
 
 from dlmlab.config import require
 from dlmlab.hooks import HookPoint
+from dlmlab.models.precision import upcast
 from dlmlab.models.stacked import SSMStack, record_mixer_states
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
 
@@ -108,8 +109,7 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         dtype = y.dtype
-        work = torch.promote_types(dtype, torch.float32)
-        h = y.to(work) * F.silu(z.to(work))
+        h = upcast(y) * F.silu(upcast(z))
         h = h.unflatten(-1, (-1, self.group_size))  # [..., groups, group_size]
         h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
         return self.weight * h.to(dtype)

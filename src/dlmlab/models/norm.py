@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dlmlab.models.precision import upcast
+
 
 class RMSNorm(nn.Module):
     def __init__(self, d: int, eps: float) -> None:
@@ -14,7 +16,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x32 = x.to(torch.promote_types(dtype, torch.float32))  # half -> float32; float64 stays float64
+        x32 = upcast(x)  # half -> float32; float64 stays float64
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
 

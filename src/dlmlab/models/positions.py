@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from dlmlab.models.precision import compute_dtype
+
 
 def rope_cos_sin(
     positions: torch.Tensor, d_head: int, theta: float, dtype: torch.dtype = torch.float32
@@ -14,7 +16,7 @@ def rope_cos_sin(
 
     Built in ``dtype`` (the activations' dtype), at least float32: float64 models get float64 tables.
     """
-    work = torch.promote_types(dtype, torch.float32)
+    work = compute_dtype(dtype)
     inv = 1.0 / (theta ** (torch.arange(0, d_head, 2, device=positions.device, dtype=work) / d_head))
     ang = positions.to(work)[:, None] * inv[None, :]
     ang = torch.cat([ang, ang], dim=-1)
