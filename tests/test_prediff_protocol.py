@@ -134,3 +134,21 @@ def test_paired_claims_follow_the_intervals():
     assert c["attention_and_objective_compose"].holds is False
     c = {x.id: x for x in compute_claims({"comparisons": {}, "speed": {}})}
     assert all(x.holds is None for x in c.values())
+
+
+def test_human_preference_reads_the_ratings_of_the_run(tmp_path):
+    from dlmlab.rating.samples import Pair, Sample
+    from dlmlab.rating.store import RatingStore
+    from dlmlab.studies.prediff.preference import human_preference, preference_table
+
+    assert human_preference(tmp_path) is None  # no ratings yet: nothing in the report
+    store = RatingStore(tmp_path / "ratings.sqlite")
+    for i, choice in enumerate(["left", "left", "right", "tie"]):
+        a = Sample(f"p{i}", "ar_control", "x", 1)
+        b = Sample(f"p{i}", "prediff@32", "y", 2)
+        store.record(Pair(a, b), b, a, choice)  # prediff shown on the left
+    pref = human_preference(tmp_path)
+    (row,) = pref["pairs"]
+    assert (row["a"], row["b"]) == ("prediff@32", "ar_control")  # PreDiff first, as the study reports it
+    assert (row["a_wins"], row["ties"], row["b_wins"]) == (2, 1, 1) and row["a_win_rate"] == pytest.approx(0.625)
+    assert preference_table(pref).rows[0][:5] == ["prediff@32", "ar_control", 2, 1, 1]

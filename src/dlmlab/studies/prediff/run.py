@@ -24,6 +24,7 @@ from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speed
 from dlmlab.studies.prediff.figures import make_figures
 from dlmlab.studies.prediff.paired import hierarchical_bootstrap, lower_is_better
+from dlmlab.studies.prediff.preference import human_preference, preference_table
 from dlmlab.studies.prediff.presets import PRESETS
 from dlmlab.studies.threads import threads_for
 from dlmlab.training.distributed import is_main_process
@@ -154,6 +155,7 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     else:
         res["lambada"] = {n: lambada(n, models[n], tokenizer, lam, p) for n in p.methods if n in ("prediff", "ar_control")}
 
+    res["human_preference"] = human_preference(out)
     claims = compute_claims(res)
     figures = make_figures(res, out)
     result = StudyResult(
@@ -232,4 +234,5 @@ def tables(res: dict, p) -> list[Table]:
         tps = sp.get("tokens_per_s")
         samp.rows.append([key, _f(s["gen_ppl"]), _f(s["rep4"], 3), _f(s["self_bleu"]), _f(s["mauve"], 3), _f(tps, 1),
                           None if tps is None or not ar_speed else _f(tps / ar_speed), sp.get("prompt_kv_reused")])
-    return [main, comp, samp]
+    pref = res.get("human_preference")
+    return [main, comp, samp] + ([preference_table(pref)] if pref else [])
