@@ -5,14 +5,24 @@ from __future__ import annotations
 import torch
 
 
+TOP_P_CANDIDATES = 64
+
+
 def top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Log-probs [..., V] -> the same with tokens outside the smallest set of mass >= top_p set to -inf."""
+    """Log-probs [..., V] -> the same with tokens outside the smallest set of mass >= top_p set to -inf.
+
+    When the ``TOP_P_CANDIDATES`` most probable tokens of every row already hold ``top_p`` of the mass,
+    only they are sorted (same result: every later token is dropped anyway)."""
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_p >= 1:
         return logp
-    sorted_lp, idx = logp.sort(dim=-1, descending=True)
+    k = min(logp.shape[-1], TOP_P_CANDIDATES)
+    sorted_lp, idx = logp.topk(k, dim=-1)  # the nucleus usually lies in the top k: sort only those
     cum = sorted_lp.exp().cumsum(-1)
+    if k < logp.shape[-1] and not bool((cum[..., -1] >= top_p).all()):
+        sorted_lp, idx = logp.sort(dim=-1, descending=True)
+        cum = sorted_lp.exp().cumsum(-1)
     drop = (cum - sorted_lp.exp()) >= top_p  # keep a token if the mass before it is < top_p (the top one always)
     sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
     return torch.full_like(logp, float("-inf")).scatter(-1, idx, sorted_lp)
