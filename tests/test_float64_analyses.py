@@ -101,6 +101,19 @@ def test_rope_model_attention_is_float64():
     torch.testing.assert_close(pattern, _rope_scores(m, x).softmax(-1), **TOL)
 
 
+def test_alibi_model_attention_is_float64():
+    """A float64 ALiBi model's pattern equals softmax(q k^T / sqrt(dh) - slope_h |i - j|), slopes from the formula."""
+    m, x = _model(positions="alibi", n_heads=16), _tokens(2, 20)  # slopes 2^(-h/2): not exact in float32
+    c = _cached(m, ["blocks.0.attn.q", "blocks.0.attn.k", "blocks.0.attn.pattern"], x)
+    q, k = c["blocks.0.attn.q"], c["blocks.0.attn.k"]  # [B,T,H,dh]
+    H, T, dh = q.shape[2], q.shape[1], q.shape[-1]
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], dtype=torch.float64)  # H a power of 2
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs().double()
+    scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(dh) - slopes[:, None, None] * dist
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(c["blocks.0.attn.pattern"], scores.softmax(-1), **TOL)
+
+
 def test_attention_patterns_keep_float64():
     m, x = _rope_model()
     torch.testing.assert_close(attention_patterns(m, x)[0], _rope_scores(m, x).softmax(-1), **TOL)

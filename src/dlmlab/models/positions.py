@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -30,8 +31,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x * cos.to(x.dtype) + rot * sin.to(x.dtype))
 
 
-def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """Per-head ALiBi slopes [H] (Press et al.; geometric, handles non powers of 2)."""
+@functools.lru_cache(maxsize=32)
+def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> torch.Tensor:
+    """Per-head ALiBi slopes [H] (Press et al.; geometric, handles non powers of 2).
+
+    In ``dtype`` (at least float32) on ``device``; cached, so treat the result as read-only.
+    """
 
     def pow2(n: int) -> list[float]:
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
@@ -42,7 +47,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     else:
         closest = 2 ** math.floor(math.log2(n_heads))
         s = pow2(closest) + pow2(2 * closest)[0::2][: n_heads - closest]
-    return torch.tensor(s, dtype=torch.float32)
+    return torch.tensor(s, dtype=compute_dtype(dtype), device=device)
 
 
 def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

@@ -36,8 +36,6 @@ class Transformer(HookedModule):
         self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
         if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
             self.unembed.weight = self.tok_emb.weight
-        if cfg.positions == "alibi":
-            self.register_buffer("alibi_slopes", alibi_slopes(cfg.n_heads), persistent=False)
         self.embed, self.pos_embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint(), HookPoint()
         self.apply(self._init)
         self.setup_hooks()
@@ -77,7 +75,7 @@ class Transformer(HookedModule):
         if allowed is not None:
             bias = torch.zeros(allowed.shape, dtype=dtype, device=q_pos.device).masked_fill(~allowed, float("-inf"))
         if alibi:
-            ab = alibi_bias(self.alibi_slopes, q_pos, k_pos).to(dtype)[None]
+            ab = alibi_bias(alibi_slopes(self.cfg.n_heads, dtype, q_pos.device), q_pos, k_pos).to(dtype)[None]
             bias = ab if bias is None else bias + ab
         return bias, False
 
