@@ -52,3 +52,33 @@ def score_correlation(model, fwd: Queries, rev: Queries, layer: int = 0) -> Scor
     f, r = evidence_scores(model, fwd, layer), evidence_scores(model, rev, layer)
     pooled = pearson((f - f.mean(0)).flatten(), (r - r.mean(0)).flatten())
     return ScoreCorrelation(per_head=pearson(f, r, 0), pooled=float(pooled), forward=f, reverse=r)
+
+
+@dataclass
+class DistanceProfile:
+    """The positional part of the query->evidence score: forward / reverse [D, H] = score at each distance
+    averaged over the facts (the fact-specific content averaged out), ``distances`` [D]; per_head [H]: Pearson
+    correlation across distances of the forward and the reverse profile; correlation: their mean over heads
+    (NaN heads skipped)."""
+
+    distances: list[int]
+    forward: torch.Tensor
+    reverse: torch.Tensor
+    per_head: torch.Tensor
+    correlation: float
+
+
+def distance_profile(model, pairs: dict[int, tuple[Queries, Queries]], layer: int = 0) -> DistanceProfile:
+    """``pairs``: distance -> (forward, reverse) queries at that distance (>= 3 distances).
+
+    The forward query reads its evidence ``d`` positions to the right, the reverse ``d`` to the left; with
+    ALiBi both profiles are ``content - m_h d`` (correlation exactly 1), with RoPE ``q^T R(+-d) k`` averaged
+    over facts, with learned positions two unrelated sets of position pairs."""
+    if len(pairs) < 3:
+        raise ValueError(f"a correlation across distances needs >= 3 distances, got {len(pairs)}")
+    ds = sorted(pairs)
+    f = torch.stack([evidence_scores(model, pairs[d][0], layer).double().mean(0) for d in ds])  # [D,H]
+    r = torch.stack([evidence_scores(model, pairs[d][1], layer).double().mean(0) for d in ds])
+    per_head = pearson(f, r, 0)
+    ok = torch.isfinite(per_head)
+    return DistanceProfile(ds, f, r, per_head, float(per_head[ok].mean()) if ok.any() else float("nan"))

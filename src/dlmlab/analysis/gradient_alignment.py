@@ -66,3 +66,67 @@ def parameter_gradient_cosine(model, fwd: Queries, rev: Queries, params: dict[st
     a, b = flat(gf), flat(gr)
     den = a.norm() * b.norm()
     return float((a @ b) / den) if den > 0 else 0.0
+
+
+
+def storage_modules(model, layer: int = 0) -> dict[str, torch.nn.Linear]:
+    """The storage (value / output) projections of attention ``layer``: ``W_v`` and ``W_o`` (nn.Linear)."""
+    attn = model.blocks[layer].attn
+    return {f"blocks.{layer}.attn.W_v": attn.W_v, f"blocks.{layer}.attn.W_o": attn.W_o}
+
+
+def per_query_gradients(model, q: Queries, modules: dict[str, torch.nn.Linear],
+                        exclude: tuple[int, ...] = ()) -> torch.Tensor:
+    """Autograd gradient [N, P] of each query's own NLL with respect to the weights and biases of the linear
+    ``modules`` (flattened: weight then bias, modules in order).
+
+    One batched pass: the summed NLL is differentiated (autograd) with respect to each module's output
+    [N, T, out]; since queries do not interact, row n of that gradient is query n's alone, and the per-query
+    parameter gradient of ``y = x W^T + b`` is ``sum_t g[n, t]^T x[n, t]`` (weight) and ``sum_t g[n, t]``."""
+    for name, m in modules.items():
+        if not isinstance(m, torch.nn.Linear):
+            raise TypeError(f"{name} is {type(m).__name__}, expected nn.Linear")
+    ins, outs = {}, {}
+
+    def keep(name):
+        def hook(mod, args, out):
+            ins[name], outs[name] = args[0], out
+        return hook
+
+    handles = [m.register_forward_hook(keep(n)) for n, m in modules.items()]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            logits = model(q.tokens)
+            at = logits[torch.arange(len(q), device=logits.device), q.query_pos].float()
+            if exclude:
+                at = at.clone()
+                at[:, list(exclude)] = float("-inf")
+            loss = -at.log_softmax(-1).gather(1, q.target[:, None]).sum()
+            gouts = torch.autograd.grad(loss, [outs[n] for n in modules])
+    finally:
+        for h in handles:
+            h.remove()
+        if was_training:
+            model.train()
+    parts = []
+    for (name, m), g in zip(modules.items(), gouts):
+        x = ins[name].detach()
+        parts.append(torch.einsum("nto,nti->noi", g, x).flatten(1))
+        if m.bias is not None:
+            parts.append(g.sum(1))
+    return torch.cat(parts, 1)
+
+
+def per_query_gradient_cosine(model, fwd: Queries, rev: Queries, modules: dict[str, torch.nn.Linear] | None = None,
+                              exclude: tuple[int, ...] = ()) -> torch.Tensor:
+    """Per-fact cosine [N] between the autograd gradients of the forward query's and the reverse query's NLL on
+    ``modules`` (default: the storage projections W_v, W_o of layer 0); 0 where a gradient vanishes."""
+    if len(fwd) != len(rev):
+        raise ValueError(f"forward ({len(fwd)}) and reverse ({len(rev)}) queries must pair up one to one")
+    modules = modules if modules is not None else storage_modules(model)
+    gf = per_query_gradients(model, fwd, modules, exclude)
+    gr = per_query_gradients(model, rev, modules, exclude)
+    den = gf.norm(dim=1) * gr.norm(dim=1)
+    return torch.where(den > 0, (gf * gr).sum(1) / den.clamp(min=1e-30), torch.zeros_like(den))

@@ -25,10 +25,12 @@ LABELS = {"mdm": "MDM", "mdm_mdlm": "MDM (MDLM)", "arm": "ARM"}
 STYLES = {"mdm": "-", "mdm_mdlm": "--"}
 
 
-def attention_correlation_figure(runs: list[dict], kinds: list[str], positions: list[str], train_distance: int,
-                                 out: Path) -> dict:
-    fig, axes = new_figure(width=6.0)
-    ax = axes[0, 0]
+def attention_correlation_figure(runs: list[dict], kinds: list[str], positions: list[str],
+                                 train_distances: list[int], out: Path) -> dict:
+    """Left: full-score correlation across facts by distance; right: the positional part (score averaged over
+    facts, mean over heads and seeds, centred) of the forward (solid) and reverse (dashed) query by distance."""
+    fig, axes = new_figure(ncols=2, width=5.0)
+    left, right = axes[0, 0], axes[0, 1]
     for kind in kinds:
         for pe in positions:
             g = [r for r in _group(runs, kind, pe) if "corr_by_distance" in r["diagnostics"]]
@@ -37,21 +39,32 @@ def attention_correlation_figure(runs: list[dict], kinds: list[str], positions: 
             ds = sorted(int(d) for d in g[0]["diagnostics"]["corr_by_distance"])
             vals = np.array([[r["diagnostics"]["corr_by_distance"][d] for d in ds] for r in g], dtype=float)
             m, s = np.nanmean(vals, 0), np.nanstd(vals, 0)
-            ax.plot(ds, m, marker="o", ms=3, ls=STYLES.get(kind, "-"), color=COLORS.get(pe),
-                    label=f"{LABELS.get(kind, kind)} {pe}")
-            ax.fill_between(ds, m - s, m + s, color=COLORS.get(pe), alpha=0.15)
-    ax.axvline(train_distance, color="gray", ls=":", lw=1, label="training distance")
-    ax.axhline(0, color="black", lw=0.5)
-    ax.set_xlabel("distance between [M] and B")
-    ax.set_ylabel("corr(forward score, reverse score)")
-    ax.set_title("Forward vs reverse attention on the evidence token")
-    ax.legend(fontsize=8)
+            lab = f"{LABELS.get(kind, kind)} {pe}"
+            left.plot(ds, m, marker="o", ms=3, ls=STYLES.get(kind, "-"), color=COLORS.get(pe), label=lab)
+            left.fill_between(ds, m - s, m + s, color=COLORS.get(pe), alpha=0.15)
+            for key, ls in (("profile_forward", "-"), ("profile_reverse", "--")):
+                prof = np.array([np.asarray(r["diagnostics"][key]).mean(1) for r in g]).mean(0)  # [D]
+                right.plot(ds, prof - prof.mean(), ls=ls, color=COLORS.get(pe),
+                           label=f"{lab} {'forward' if ls == '-' else 'reverse'}")
+    for ax in (left, right):
+        for d in train_distances:
+            ax.axvline(d, color="gray", ls=":", lw=0.6)
+        ax.set_xlabel("distance between [M] and B")
+        ax.legend(fontsize=7)
+    left.axhline(0, color="black", lw=0.5)
+    left.set_ylabel("corr across facts (full score)")
+    left.set_title("Forward vs reverse score on B", fontsize=10)
+    right.set_ylabel("score averaged over facts (centred)")
+    right.set_title("Positional part by distance", fontsize=10)
     return save_figure(fig, out, "attention_correlation",
-                       "Pearson correlation across facts of the pre-softmax score [M]->B in the forward query "
-                       "'[M] .. B' and the reverse query 'B .. [M]', by distance (MDM, mean +- std over seeds).")
+                       "Left: Pearson correlation across facts of the pre-softmax score [M]->B in the forward query "
+                       "'[M] r.. B' and the reverse query 'B r.. [M]' at each distance (MDM, mean +- std over seeds). "
+                       "Right: the positional part, the score averaged over facts (mean over heads and seeds, centred) "
+                       "by distance, forward solid and reverse dashed; dotted lines: the training distances.")
 
 
-def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, caption, extra_key=None, log=False):
+def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, caption, extra_key=None, log=False,
+                     hline=None):
     fig, axes = new_figure(ncols=len(kinds), width=4.5)
     for ax, kind in zip(axes[0], kinds):
         for pe in positions:
@@ -66,6 +79,8 @@ def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, capt
                 ax.plot(x, m, color=COLORS.get(pe), ls=":", lw=1)
         if log:
             ax.set_yscale("log")
+        if hline is not None:
+            ax.axhline(hline, color="gray", lw=0.8)
         ax.set_xlabel("training step (forward-only)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{LABELS.get(kind, kind)}: {title}", fontsize=10)
@@ -73,20 +88,31 @@ def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, capt
     return save_figure(fig, out, name, caption)
 
 
-def gradient_cosine_figure(runs, kinds, positions, out: Path) -> dict:
+def gradient_cosine_figure(runs, kinds, positions, level: float, out: Path) -> dict:
     return _training_panels(
-        runs, kinds, positions, "grad_cos", "cos(grad fwd, grad rev)", "gradient alignment", out,
+        runs, kinds, positions, "grad_cos", "cos(grad fwd, grad rev)", "storage-gradient alignment", out,
         "gradient_cosine",
-        "Solid: cosine between the forward-loss and reverse-loss gradients on the storage column Y[:, B], over "
-        "training (mean +- std over seeds, mean over facts; 0 when the forward query never reads B, as for the ARM). "
-        "Dotted: cosine of the full parameter gradients of the two losses.", extra_key="param_cos")
+        "Solid: per-fact cosine between the forward-loss and the reverse-loss gradients on the storage parameters "
+        "(W_v, W_o; autograd) over training (mean over facts, mean +- std over seeds). Dotted: cosine of the batch "
+        f"gradients on the same parameters. Gray: the study's level {level}.", extra_key="param_cos", hline=level)
 
 
 def reverse_probability_figure(runs, kinds, positions, chance: float, out: Path) -> dict:
     info = _training_panels(
         runs, kinds, positions, "rev_p", "p(correct A | reverse query)", "reverse probability", out,
         "reverse_probability",
-        f"Probability of the correct A on the never-trained reverse query 'B is [M]' (ARM: 'B is' -> next token) "
+        f"Probability of the correct A on the never-trained reverse query 'B r.. [M]' (ARM: 'B r..' -> next token) "
         f"over forward-only training; dotted: the trained forward query. Chance = {chance:.4f}.",
         extra_key="fwd_p")
     return info
+
+
+def all_figures(runs, kinds, positions, train_distances, chance: float, out: Path, level: float = 0.5) -> list[dict]:
+    """The study's figures: attention signatures (MDM kinds), gradient cosine and reverse probability over training."""
+    figs = []
+    mdm_kinds = [k for k in kinds if k.startswith("mdm")]
+    if mdm_kinds:
+        figs.append(attention_correlation_figure(runs, mdm_kinds, positions, train_distances, out))
+    figs.append(gradient_cosine_figure(runs, kinds, positions, level, out))
+    figs.append(reverse_probability_figure(runs, kinds, positions, chance, out))
+    return figs

@@ -1,4 +1,5 @@
-"""Typed presets of the reversal study (smoke: CI seconds; cpu: minutes on 2 cores; paper: GPU scale)."""
+"""Typed presets of the reversal study (smoke: CI seconds; cpu: minutes on 2 cores; paper: GPU scale, one-layer
+controlled experiments plus a separate multi-layer part)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Literal
 
 from dlmlab.config import require
 from dlmlab.models import TransformerConfig
-from dlmlab.tasks.relations import RelationTaskConfig
+from dlmlab.tasks.positional_relations import PositionalTaskConfig
 from dlmlab.training import TrainConfig
 
 PE = Literal["learned", "rope", "alibi"]
@@ -40,43 +41,53 @@ class RealDataPreset:
 
 @dataclass
 class ReversalPreset:
-    """One run of the study: every (model kind x positional encoding x seed) is trained forward-only."""
+    """One run of the study: every (model kind x positional encoding x seed) is trained forward-only on the
+    positional relation task; ``multilayer`` (optional) repeats the grid with a deeper model as a separate part."""
 
-    task: RelationTaskConfig = field(default_factory=RelationTaskConfig)
-    model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=64, n_layers=1, n_heads=2))
+    task: PositionalTaskConfig = field(default_factory=PositionalTaskConfig)
+    model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=64, n_layers=1, n_heads=4))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=400, batch_size=64, lr=1e-3, log_every=25,
                                                                    weight_decay=0.0, schedule="constant"))
-    # mdm: MDM trained on "[M] is B" -> A only (given mask); mdm_mdlm: MDM trained with random MDLM masks of
-    # "A is B" (any-order objective, also trains "A is [M]" -> B); arm: next-token on "A is B".
-    kinds: list[Kind] = field(default_factory=lambda: ["mdm", "mdm_mdlm", "arm"])
+    # mdm: MDM trained on "[M] r.. B" -> A only (given mask); mdm_mdlm: MDM trained with random MDLM masks of the
+    # documents (any-order objective); arm: next-token prediction of B after "A r..".
+    kinds: list[Kind] = field(default_factory=lambda: ["mdm", "arm"])
     positions: list[PE] = field(default_factory=lambda: ["learned", "rope", "alibi"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    max_distance: int = 8  # attention correlation measured for distances 1..max_distance
+    eval_per_fact: int = 1  # evaluation layouts per fact (distances cycle through task.distances)
+    max_distance: int = 8  # attention signatures at distances 1..max_distance (< task.seq_len)
+    multilayer: TransformerConfig | None = None  # the separate multi-layer part (None: not run)
     device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
     real: RealDataPreset = field(default_factory=RealDataPreset)
 
     def validate(self) -> None:
+        self.task.validate()
         require(len(self.seeds) > 0, "seeds must not be empty")
         require(len(set(self.positions)) == len(self.positions) > 0, "positions must be non-empty and distinct")
         require(len(set(self.kinds)) == len(self.kinds) > 0, "kinds must be non-empty and distinct")
-        require(self.max_distance >= 1, f"max_distance must be >= 1, got {self.max_distance}")
-        require(self.model.n_layers >= 1, "the reversal study needs at least one layer")
+        require(3 <= self.max_distance < self.task.seq_len,
+                f"max_distance must be in [3, task.seq_len - 1 = {self.task.seq_len - 1}], got {self.max_distance}")
+        require(self.eval_per_fact >= 1, f"eval_per_fact must be >= 1, got {self.eval_per_fact}")
+        require(self.model.n_layers == 1, "the controlled experiments are one-layer (use multilayer for deeper models)")
+        require(self.multilayer is None or self.multilayer.n_layers > 1, "multilayer must have more than one layer")
+
+
+def _constant(steps: int, batch: int, log_every: int, lr: float = 1e-3) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=batch, lr=lr, log_every=log_every, weight_decay=0.0, schedule="constant")
 
 
 def _smoke() -> ReversalPreset:
     return ReversalPreset(
-        task=RelationTaskConfig(n_pairs=64, gap=1),
-        train=TrainConfig(steps=400, batch_size=64, lr=1e-3, log_every=25, weight_decay=0.0, schedule="constant"),
-        seeds=[0, 1], max_distance=6,
+        task=PositionalTaskConfig(n_pairs=32, seq_len=16, distances=[1, 2, 3], n_distractors=3),
+        model=TransformerConfig(d_model=32, n_layers=1, n_heads=4),
+        train=_constant(SMOKE_STEPS, 64, 25), seeds=[0, 1, 2], max_distance=6,
     )
 
 
 def _cpu() -> ReversalPreset:
     return ReversalPreset(
-        task=RelationTaskConfig(n_pairs=128, gap=1),
-        model=TransformerConfig(d_model=128, n_layers=1, n_heads=4),
-        train=TrainConfig(steps=600, batch_size=128, lr=1e-3, log_every=25, weight_decay=0.0, schedule="constant"),
-        seeds=[0, 1, 2], max_distance=8,
+        task=PositionalTaskConfig(n_pairs=64, seq_len=24, distances=[1, 2, 3, 4, 5], n_distractors=6),
+        model=TransformerConfig(d_model=64, n_layers=1, n_heads=4),
+        train=_constant(CPU_STEPS, 64, 50), seeds=[0, 1, 2], max_distance=12,
         real=RealDataPreset(enabled=True, n_facts=10,
                             model=TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_mlp=256),
                             train=TrainConfig(steps=2000, batch_size=32, lr=3e-3, warmup_steps=50, log_every=50)),
@@ -84,15 +95,18 @@ def _cpu() -> ReversalPreset:
 
 
 def _paper() -> ReversalPreset:
+    """One-layer controlled experiments at GPU scale; the multi-layer part (4 layers with MLPs) beside them."""
     return ReversalPreset(
-        task=RelationTaskConfig(n_pairs=200, gap=1),
-        model=TransformerConfig(d_model=256, n_layers=4, n_heads=8, d_mlp=1024),
-        train=TrainConfig(steps=20000, batch_size=200, lr=1e-3, warmup_steps=500, log_every=200, weight_decay=0.01),
-        seeds=[0, 1, 2, 3, 4], max_distance=16,
+        task=PositionalTaskConfig(n_pairs=500, seq_len=32, distances=[1, 2, 3, 4, 5, 6, 7], n_distractors=8),
+        model=TransformerConfig(d_model=256, n_layers=1, n_heads=8),
+        train=_constant(20000, 256, 250), kinds=["mdm", "mdm_mdlm", "arm"], seeds=[0, 1, 2, 3, 4],
+        eval_per_fact=2, max_distance=16,
+        multilayer=TransformerConfig(d_model=256, n_layers=4, n_heads=8, d_mlp=1024),
         real=RealDataPreset(enabled=True, model=TransformerConfig(d_model=384, n_layers=6, n_heads=6, d_mlp=1536),
                             train=TrainConfig(steps=20000, batch_size=128, lr=5e-4, warmup_steps=500),
                             positions=["learned", "rope", "alibi"]),
     )
 
 
+SMOKE_STEPS, CPU_STEPS = 300, 600  # sized from measured step rates, see docs/reversal.md
 PRESETS: dict[str, ReversalPreset] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper()}

@@ -1,6 +1,6 @@
-"""Train one model (MDM or ARM, one positional encoding, one seed) forward-only on synthetic facts
-and measure it: forward/reverse accuracy and probability over training, storage-column gradient
-cosine over training, and at the end the storage-routing split and attention-score correlation."""
+"""Train one model (MDM or ARM, one positional encoding, one seed) forward-only on the positional relation
+task and measure it: forward/reverse accuracy and probability and the storage-gradient cosine over
+training; at the end the storage-routing split and the attention-score signatures by distance."""
 
 from __future__ import annotations
 
@@ -9,24 +9,24 @@ import math
 
 import torch
 
-from dlmlab.analysis.attention_correlation import score_correlation
-from dlmlab.analysis.gradient_alignment import parameter_gradient_cosine, storage_gradient_cosine
-from dlmlab.analysis.reversal import query_eval
+from dlmlab.analysis.attention_correlation import distance_profile, score_correlation
+from dlmlab.analysis.gradient_alignment import parameter_gradient_cosine, per_query_gradient_cosine, storage_modules
+from dlmlab.analysis.reversal import query_eval, query_loss
 from dlmlab.analysis.storage_routing import storage_matrix, storage_margin, storage_routing
 from dlmlab.models import Transformer
-from dlmlab.objectives import ar_loss, given_mask_loss, mdlm_loss
+from dlmlab.objectives import mdlm_loss
 from dlmlab.objectives.schedule import sample_t
 from dlmlab.studies.reversal.presets import ReversalPreset
-from dlmlab.tasks.relations import SyntheticRelations
+from dlmlab.tasks.positional_relations import Layout, PositionalRelations
+from dlmlab.tasks.relations import Queries
 from dlmlab.training import train
 
 
-def build_model(preset: ReversalPreset, task: SyntheticRelations, kind: str, positions: str, seed: int) -> Transformer:
+def build_model(preset: ReversalPreset, task: PositionalRelations, kind: str, positions: str, seed: int) -> Transformer:
     """The study's model: identical for MDM and ARM except the attention mask."""
     cfg = dataclasses.replace(
         preset.model, vocab_size=task.vocab_size, positions=positions,
-        attn_mask="bidirectional" if kind.startswith("mdm") else "causal",
-        max_seq_len=max(task.seq_len, preset.max_distance + 1),
+        attn_mask="bidirectional" if kind.startswith("mdm") else "causal", max_seq_len=task.seq_len,
     )
     torch.manual_seed(seed)
     return Transformer(cfg)
@@ -42,70 +42,80 @@ def _dev(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def queries(task: SyntheticRelations, kind: str, device=None):
-    """(forward, reverse) queries of a model kind: MDM "[M] is B"/"B is [M]", ARM "A is"/"B is"."""
+def queries(task: PositionalRelations, kind: str, lay: Layout, device=None):
+    """(forward, reverse) queries of a model kind on layout ``lay``: MDM "[M] r.. B" / "B r.. [M]",
+    ARM "A r.." / "B r.."."""
     if kind.startswith("mdm"):
-        f, r = task.mdm_forward(), task.mdm_reverse()
+        f, r = task.mdm_forward(lay), task.mdm_reverse(lay)
     else:
-        f, r = task.arm_forward(), task.arm_reverse()
+        f, r = task.arm_forward(lay), task.arm_reverse(lay)
     return (f, r) if device is None else (f.to(device), r.to(device))
 
 
-def make_objective(task: SyntheticRelations, kind: str, batch_size: int):
-    """(make_batch, loss_fn) for forward-only training on the facts "A is B" (see ``ReversalPreset.kinds``)."""
-    mdm_objective = "mdlm" if kind == "mdm_mdlm" else "given_mask"
+def make_objective(task: PositionalRelations, kind: str, batch_size: int):
+    """(make_batch, loss_fn) for forward-only training (see ``ReversalPreset.kinds``).
+
+    mdm: NLL of A at the mask of "[M] r.. B" (the given-mask forward query); arm: NLL of B read at the
+    position before it in "A r.."; mdm_mdlm: the MDLM loss on random masks of the whole document."""
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
-        docs = task.facts(task.sample(batch_size, gen))
-        if mdm_objective == "mdlm":
+        lay = task.sample_layout(batch_size, gen)
+        if kind == "mdm_mdlm":
+            docs = task.documents(lay)
             return {"tokens": docs, "t": sample_t(batch_size, gen), "noise": torch.rand(docs.shape, generator=gen)}
-        return {"tokens": docs}
+        q = queries(task, kind, lay)[0]
+        return {"tokens": q.tokens, "query_pos": q.query_pos, "target": q.target, "evidence_pos": q.evidence_pos}
 
     def loss_fn(model, batch):
-        x = batch["tokens"].to(_dev(model))
-        if kind == "arm":
-            return ar_loss(model, x)
-        if mdm_objective == "mdlm":
-            return mdlm_loss(model, x, task.mask_id, t=batch["t"].to(x.device), noise=batch["noise"].to(x.device))
-        masked = torch.zeros_like(x, dtype=torch.bool)
-        masked[:, 0] = True  # "[M] is B" -> A
-        return given_mask_loss(model, x, masked, task.mask_id)
+        dev = _dev(model)
+        if kind == "mdm_mdlm":
+            x = batch["tokens"].to(dev)
+            return mdlm_loss(model, x, task.mask_id, t=batch["t"].to(dev), noise=batch["noise"].to(dev))
+        q = Queries(batch["tokens"], batch["query_pos"], batch["target"], batch["evidence_pos"]).to(dev)
+        loss = query_loss(model, q)
+        return loss, {"loss": loss.item()}
 
     return make_batch, loss_fn
 
 
-def track(model: Transformer, task: SyntheticRelations, kind: str) -> dict:
-    """Metrics logged over training: forward/reverse acc & p(correct), storage-column gradient cosine,
-    full-parameter gradient cosine, evidence alpha."""
-    fwd, rev = queries(task, kind, _dev(model))
+def track(model: Transformer, task: PositionalRelations, kind: str, lay: Layout) -> dict:
+    """Metrics logged over training on the fixed evaluation layout: forward/reverse acc & p(correct), the
+    per-fact autograd cosine of forward and reverse NLL gradients on the storage parameters (W_v, W_o),
+    the cosine of the batch gradients on the same parameters, evidence alpha."""
+    fwd, rev = queries(task, kind, lay, _dev(model))
     ex = (task.mask_id,)
     f, r = query_eval(model, fwd, ex), query_eval(model, rev, ex)
-    cos = storage_gradient_cosine(model, fwd, rev, exclude=ex)
+    mods = storage_modules(model)
+    params = {f"{n}.{k}": p for n, m in mods.items() for k, p in m.named_parameters()}
     srf, srr = storage_routing(model, fwd, exclude=ex), storage_routing(model, rev, exclude=ex)
     return {
         "fwd_acc": f["acc"], "fwd_p": f["p_correct"], "rev_acc": r["acc"], "rev_p": r["p_correct"],
-        "grad_cos": float(cos.mean()),
-        "param_cos": parameter_gradient_cosine(model, fwd, rev, exclude=ex),
+        "grad_cos": float(per_query_gradient_cosine(model, fwd, rev, mods, exclude=ex).mean()),
+        "param_cos": parameter_gradient_cosine(model, fwd, rev, params, exclude=ex),
         "fwd_alpha": float(srf.evidence_alpha.sum(1).mean()), "rev_alpha": float(srr.evidence_alpha.sum(1).mean()),
     }
 
 
-def correlation_by_distance(model: Transformer, task: SyntheticRelations, max_distance: int) -> dict:
-    """Pooled forward/reverse evidence-score correlation for MDM probes at distances 1..max_distance."""
-    out = {}
-    for d in range(1, max_distance + 1):
-        dev = _dev(model)
-        c = score_correlation(model, task.mdm_forward(distance=d).to(dev), task.mdm_reverse(distance=d).to(dev))
-        out[d] = c.pooled
-    return out
-
-
-def final_diagnostics(model: Transformer, task: SyntheticRelations, kind: str, max_distance: int) -> dict:
-    """Storage-routing split of the logit margin of the target (vs. the other entities of its type) in the
-    forward and the reverse query, storage margin,
-    and (MDM) attention-score correlation by distance."""
+def attention_signatures(model: Transformer, task: PositionalRelations, max_distance: int) -> dict:
+    """MDM probes at distances 1..max_distance: the forward/reverse evidence-score correlation across facts
+    (full score, per distance) and the positional part (facts averaged out) correlated across distances."""
     dev = _dev(model)
-    fwd, rev = queries(task, kind, dev)
+    pairs = {d: (task.probes(d, reverse=False).to(dev), task.probes(d, reverse=True).to(dev))
+             for d in range(1, max_distance + 1)}
+    prof = distance_profile(model, pairs)
+    return {
+        "corr_by_distance": {d: score_correlation(model, f, r).pooled for d, (f, r) in pairs.items()},
+        "positional_corr": prof.correlation,
+        "positional_corr_per_head": prof.per_head.tolist(),
+        "profile_forward": prof.forward.tolist(), "profile_reverse": prof.reverse.tolist(),
+    }
+
+
+def final_diagnostics(model: Transformer, task: PositionalRelations, kind: str, lay: Layout, max_distance: int) -> dict:
+    """Storage-routing split of the target's logit margin (vs. the other entities of its type) in the forward
+    and the reverse query, the storage margin and (MDM) the attention signatures."""
+    dev = _dev(model)
+    fwd, rev = queries(task, kind, lay, dev)
     ex = (task.mask_id,)
     out = {}
     for name, q in (("fwd", fwd), ("rev", rev)):
@@ -115,24 +125,23 @@ def final_diagnostics(model: Transformer, task: SyntheticRelations, kind: str, m
         out[f"{name}_evidence_alpha"] = float(sr.evidence_alpha.sum(1).mean())
         out[f"{name}_evidence_routed"] = float((sr.evidence_alpha * sr.evidence_storage).sum(1).mean())
         out[f"{name}_evidence_storage"] = float(sr.evidence_storage.sum(1).mean())
-    # position-invariant storage Y[A, B] of the reverse evidence: does B single out its A?
-    Y = storage_matrix(model, task.b_ids, task.a_ids)  # [H, N_A, N_B]
+    Y = storage_matrix(model, task.b_ids, task.a_ids)  # [H, N_A, N_B]: does B single out its A?
     out["storage_margin"] = float(storage_margin(Y, torch.arange(task.cfg.n_pairs, device=Y.device)).mean())
     if kind.startswith("mdm"):
-        out["corr_by_distance"] = correlation_by_distance(model, task, max_distance)
-        out["corr_train_distance"] = out["corr_by_distance"][task.cfg.gap + 1]
+        out.update(attention_signatures(model, task, max_distance))
     return out
 
 
 def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progress: bool = True) -> dict:
     """Train one model forward-only; returns {kind, positions, seed, history[...], final{...}, diagnostics{...}}."""
-    task = SyntheticRelations(preset.task, seed)
+    task = PositionalRelations(preset.task, seed)
+    lay = task.eval_layout(preset.eval_per_fact, seed)
     model = build_model(preset, task, kind, positions, seed).to(resolve_device(preset.device))
     tcfg = dataclasses.replace(preset.train, seed=seed, eval_every=preset.train.log_every, progress=progress)
     make_batch, loss_fn = make_objective(task, kind, tcfg.batch_size)
     model.eval()
-    history = [{"step": 0, **track(model, task, kind)}]
-    rows = train(model, tcfg, make_batch, loss_fn, eval_fn=lambda m, step: track(m, task, kind),
+    history = [{"step": 0, **track(model, task, kind, lay)}]
+    rows = train(model, tcfg, make_batch, loss_fn, eval_fn=lambda m, step: track(m, task, kind, lay),
                  desc=f"{kind}/{positions}/s{seed}")
     for row in rows:
         history.append({"step": row["step"], "loss": row.get("loss"),
@@ -140,11 +149,12 @@ def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progre
     final = history[-1]
     return {
         "kind": kind, "positions": positions, "seed": seed,
-        "chance": 1.0 / (task.vocab_size - 1),
+        "chance": 1.0 / task.n_choices,
         "history": history,
         "final": {k: final[k] for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p", "grad_cos")},
+        "initial": {k: history[0][k] for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p")},
         "initial_rev_p": history[0]["rev_p"],
-        "diagnostics": final_diagnostics(model, task, kind, preset.max_distance),
+        "diagnostics": final_diagnostics(model, task, kind, lay, preset.max_distance),
         "params": model.num_params(),
         "final_loss": final.get("loss", math.nan),
     }
