@@ -14,6 +14,7 @@ from conftest import tiny_transformer
 from dlmlab.analysis import ablation, fold
 from dlmlab.analysis.direction_ablation import project_out
 from dlmlab.analysis.heads import attention_patterns
+from dlmlab.analysis.reversal import query_log_probs
 from dlmlab.analysis.storage_routing import attention_scores, storage_routing
 from dlmlab.models.mamba2 import GatedRMSNorm
 from dlmlab.models.norm import RMSNorm
@@ -130,6 +131,14 @@ def test_storage_routing_probs_keep_float64():
     with torch.no_grad():
         want = m(x)[torch.arange(3), q.query_pos].softmax(-1)
     torch.testing.assert_close(storage_routing(m, q).probs, want, **TOL)
+
+
+def test_query_log_probs_keep_float64():
+    m, x = _model(), _tokens(3, 6)
+    q = Queries(x, torch.tensor([5, 2, 4]), torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2]))
+    with torch.no_grad():
+        want = m(x)[torch.arange(3), q.query_pos].log_softmax(-1)
+        torch.testing.assert_close(query_log_probs(m, q), want, **TOL)
 
 
 def test_project_out_keeps_float64():

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import torch
 
+from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries
 
 
 def query_log_probs(model, q: Queries, exclude: tuple[int, ...] = (), **forward_kwargs) -> torch.Tensor:
     """log p(. | query) [N, V] at each query position; ``exclude`` ids (e.g. the mask) get -inf."""
     logits = model(q.tokens, **forward_kwargs)  # [N,T,V]
-    at = logits[torch.arange(len(q), device=logits.device), q.query_pos].float()  # [N,V]
+    at = upcast(logits[torch.arange(len(q), device=logits.device), q.query_pos])  # [N,V], float64 kept
     if exclude:
         at = at.clone()
         at[:, list(exclude)] = float("-inf")
