@@ -81,6 +81,8 @@ def decoders(bb, model, gen_len: int) -> dict:
         "threshold 0.9, block 16 (dual, approx)": new(threshold=0.9, block_len=16, cache="dual"),
         "threshold 0.7, block 16 (dual, approx)": new(threshold=0.7, block_len=16, cache="dual"),
         "factor 1.0, block 16 (prefix, exact)": new(factor=1.0, block_len=16, cache="prefix"),
+        "12 steps, block 16 (prefix, exact)": new(steps=12, block_len=16, cache="prefix"),
+        "12 steps, block 16 (dual, approx)": new(steps=12, block_len=16, cache="dual"),
     }
 
 
