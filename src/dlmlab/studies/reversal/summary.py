@@ -41,10 +41,13 @@ def summarize(runs: list[dict], kinds, positions, train_distances: list[int] | N
                 continue
             vals = [run_values(r, train_distances) for r in g]
             keys = [k for k in vals[0] if all(k in v for v in vals)]
-            values = {k: [v[k] for v in vals] for k in keys}
-            out[f"{kind}/{pe}"] = {"seeds": [r["seed"] for r in g], "values": values,
-                                   "ci": {k: bootstrap_ci(x).as_dict() for k, x in values.items()}}
+            out[f"{kind}/{pe}"] = group([r["seed"] for r in g], {k: [v[k] for v in vals] for k in keys})
     return out
+
+
+def group(seeds: list[int], values: dict[str, list[float]]) -> dict:
+    """One summary entry: per-seed ``values`` (lists in the order of ``seeds``) and their intervals."""
+    return {"seeds": list(seeds), "values": values, "ci": {k: bootstrap_ci(x).as_dict() for k, x in values.items()}}
 
 
 def vals(summary: dict, kind: str, pe: str, key: str) -> list[float]:
