@@ -13,10 +13,15 @@ which neighbours inside the target's half are also masked (the source half stays
 
 * ``both``:  only the target is masked;
 * ``left``:  the target and everything to its right in its half are masked (left cue only);
-* ``right``: the target and everything to its left in its half are masked (right cue only).
+* ``right``: the target and everything to its left in its half are masked (right cue only);
+* ``neither``: the target's whole half is masked (no cue to locate the source: the no-source baseline).
 
-``window`` offsets (e.g. ``(-1, 1)``) additionally mask those neighbours; ``background``
-masks every other position independently with that rate (a low global mask rate).
+``window`` offsets (e.g. ``(-1, 1)``) additionally mask those neighbours; ``far`` masks that many
+random positions of the target's half at distance >= ``FAR_MIN`` from it (the control of the local
+window); ``background`` masks every other position independently with that rate (a low global rate).
+
+:func:`context_gains` scores each context by the correct token's log-probability gain over the
+``neither`` baseline, per row; :func:`additivity` -> gain(both) / (gain(left) + gain(right)).
 
 Autoregressive models: the prediction of token k is read at position k-1 (left context only);
 reverse targets are then predicted without the source (it lies to the right), i.e. at chance.
@@ -36,6 +41,8 @@ Direction = Literal["forward", "reverse"]
 Context = Literal["left", "right", "both"]
 DIRECTIONS: tuple[str, ...] = ("forward", "reverse")
 CONTEXTS: tuple[str, ...] = ("left", "right", "both")
+ALL_CONTEXTS: tuple[str, ...] = CONTEXTS + ("neither",)
+FAR_MIN = 4  # "far" positions are at least this far from the target
 
 
 @dataclass
@@ -78,15 +85,17 @@ def sample_targets(n_seq: int, half: int, direction: str, per_seq: int, gen: tor
 
 
 def build_rows(tokens: torch.Tensor, mask_id: int, direction: str, context: str = "both", per_seq: int = 8,
-               window: Sequence[int] = (), background: float = 0.0, seed: int = 0) -> InductionRows:
+               window: Sequence[int] = (), background: float = 0.0, seed: int = 0, far: int = 0) -> InductionRows:
     """One masked row per (sequence, target): see the module docstring for the conditions.
 
     tokens [B, T] repeated sequences -> InductionRows with N = B * per_seq rows.
-    Targets and background masks depend only on ``seed`` (not on ``context``/``window``),
-    so conditions evaluated with the same seed are paired.
+    Targets, background masks and far positions depend only on ``seed`` (not on ``context`` /
+    ``window`` / ``far``), so conditions evaluated with the same seed are paired.
     """
-    if context not in CONTEXTS:
-        raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+    if context not in ALL_CONTEXTS:
+        raise ValueError(f"context must be one of {ALL_CONTEXTS}, got {context!r}")
+    if far < 0:
+        raise ValueError(f"far must be >= 0, got {far}")
     if not 0.0 <= background < 1.0:
         raise ValueError(f"background mask rate must be in [0, 1), got {background}")
     half = half_len(tokens)
@@ -94,15 +103,25 @@ def build_rows(tokens: torch.Tensor, mask_id: int, direction: str, context: str 
     gen = torch.Generator().manual_seed(seed)
     row, k = sample_targets(tokens.shape[0], half, direction, per_seq, gen)
     bg = torch.rand(len(row), T, generator=gen) < background
+    priority = torch.rand(len(row), T, generator=gen)  # far positions: the `far` eligible ones ranked first
     x = tokens[row]
     pos = torch.arange(T)[None]
     kk = k[:, None]
     start = half if direction == "forward" else 0
+    in_half = (pos >= start) & (pos < start + half)
     masked = pos == kk
     if context == "left":
-        masked |= (pos > kk) & (pos < start + half)
+        masked |= (pos > kk) & in_half
     elif context == "right":
-        masked |= (pos >= start) & (pos < kk)
+        masked |= (pos < kk) & in_half
+    elif context == "neither":
+        masked |= in_half
+    if far:
+        eligible = in_half & ((pos - kk).abs() >= FAR_MIN)
+        if int(eligible.sum(1).min()) < far:
+            raise ValueError(f"fewer than {far} positions at distance >= {FAR_MIN} in the target's half")
+        rank = torch.where(eligible, priority, torch.full_like(priority, 2.0)).argsort(1).argsort(1)
+        masked |= rank < far
     for off in window:
         if abs(off) > 2 or off == 0:
             raise ValueError(f"window offsets must be in [-2, 2] \\ {{0}}, got {off}")
@@ -126,6 +145,36 @@ def _batched_logits_at(model, inputs: torch.Tensor, pos: torch.Tensor, batch: in
 
 
 @torch.no_grad()
+def target_log_probs(model, rows: InductionRows, mask_id: int) -> torch.Tensor:
+    """[N] log-probability of the correct token at each row's target (mask token excluded)."""
+    was = model.training
+    model.eval()
+    logits = _batched_logits_at(model, rows.noisy, rows.target)
+    model.train(was)
+    truth = rows.tokens[torch.arange(len(rows.target)), rows.target]
+    return log_probs_no_mask(logits, mask_id).gather(1, truth[:, None])[:, 0]
+
+
+def context_gains(model, tokens: torch.Tensor, mask_id: int, direction: str = "forward", per_seq: int = 8,
+                  seed: int = 0) -> dict[str, torch.Tensor]:
+    """Per-row log-probability gains over the ``neither`` (no-source) baseline -> {left, right, both: [N]}.
+
+    Also ``neither`` (the baseline log-probabilities [N]) and ``seq`` ([N] sequence index of each row,
+    for resampling by sequence).  The rows of all contexts are paired (same targets).
+    """
+    lp = {c: target_log_probs(model, build_rows(tokens, mask_id, direction, c, per_seq, seed=seed), mask_id)
+          for c in ALL_CONTEXTS}
+    seq = torch.arange(tokens.shape[0]).repeat_interleave(len(lp["both"]) // tokens.shape[0])
+    return {**{c: lp[c] - lp["neither"] for c in CONTEXTS}, "neither": lp["neither"], "seq": seq}
+
+
+def additivity(gains: dict[str, torch.Tensor]) -> float:
+    """mean gain(both) / (mean gain(left) + mean gain(right)); nan when the denominator is 0."""
+    den = float(gains["left"].mean() + gains["right"].mean())
+    return float(gains["both"].mean()) / den if den != 0 else float("nan")
+
+
+@torch.no_grad()
 def masked_accuracy(model, rows: InductionRows, mask_id: int) -> float:
     """Fraction of rows whose target is the arg-max (mask token excluded) at the target position."""
     was = model.training
@@ -138,9 +187,11 @@ def masked_accuracy(model, rows: InductionRows, mask_id: int) -> float:
 
 
 def dlm_accuracy(model, tokens: torch.Tensor, mask_id: int, direction: str, context: str = "both",
-                 per_seq: int = 8, window: Sequence[int] = (), background: float = 0.0, seed: int = 0) -> float:
-    """Masked-model induction accuracy for one (direction, context[, window, background]) condition."""
-    return masked_accuracy(model, build_rows(tokens, mask_id, direction, context, per_seq, window, background, seed), mask_id)
+                 per_seq: int = 8, window: Sequence[int] = (), background: float = 0.0, seed: int = 0,
+                 far: int = 0) -> float:
+    """Masked-model induction accuracy for one (direction, context[, window, background, far]) condition."""
+    rows = build_rows(tokens, mask_id, direction, context, per_seq, window, background, seed, far)
+    return masked_accuracy(model, rows, mask_id)
 
 
 @torch.no_grad()
@@ -169,10 +220,12 @@ def ar_table(model, tokens: torch.Tensor) -> dict[str, dict[str, float | None]]:
 
 def local_window(model, tokens: torch.Tensor, mask_id: int, direction: str = "forward", background: float = 0.1,
                  per_seq: int = 8, seed: int = 0) -> dict[str, float]:
-    """Accuracy with the target alone / +-1 / +-2 only / +-1 and +-2 neighbours masked at a low background rate."""
-    windows = {"none": (), "pm1": (-1, 1), "pm2_only": (-2, 2), "pm1_pm2": (-2, -1, 1, 2)}
-    return {name: dlm_accuracy(model, tokens, mask_id, direction, "both", per_seq, w, background, seed)
-            for name, w in windows.items()}
+    """Accuracy at a low background mask rate with the target alone / +-1 / +-2 only / +-1 and +-2 neighbours
+    masked, and with two far positions (distance >= FAR_MIN) masked instead (``far2``: the control)."""
+    windows = {"none": ((), 0), "pm1": ((-1, 1), 0), "pm2_only": ((-2, 2), 0), "pm1_pm2": ((-2, -1, 1, 2), 0),
+               "far2": ((), 2)}
+    return {name: dlm_accuracy(model, tokens, mask_id, direction, "both", per_seq, w, background, seed, far)
+            for name, (w, far) in windows.items()}
 
 
 def dlm_induction_scores(model, tokens: torch.Tensor, mask_id: int, direction: str = "forward", per_seq: int = 4,

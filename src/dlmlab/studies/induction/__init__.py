@@ -26,7 +26,7 @@ from dlmlab.studies.induction.presets import PRESETS, InductionPreset
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.threads import torch_threads
 from dlmlab.training.distributed import is_main_process, sync
-from dlmlab.studies.induction.train import OBJECTIVES, load_data, train_model
+from dlmlab.studies.induction.train import OBJECTIVES, load_data, text_epochs, train_model
 from dlmlab.tasks.repeated import mixed_batch, repeated_tokens
 
 TITLE = "Induction in both directions: attention-only AR vs masked-diffusion transformers"
@@ -72,12 +72,34 @@ def _tables(models: dict) -> list[Table]:
     heads = Table("Heads: layer-0 previous/next-token heads, top induction head and its ablation",
                   ["model", "prev head", "prev score", "next head", "next score", "induction head", "induction score",
                    "mean-abl drop", "zero-abl drop"], rows)
-    probe_rows = [[k, " / ".join(f"{x:.2f}" for x in models[k]["probe"]["r2"]), models[k]["patch"]["point"],
-                   models[k]["patch"]["entropy_clean"], models[k]["patch"]["delta"], models[k]["patch"]["delta_random"]]
+    probe_rows = [[k, " / ".join(f"{x:.2f}" for x in models[k]["probe"]["r2"]), models[k]["probe"]["r2_control"][1],
+                   models[k]["probe"]["r2_pooled"][1], models[k]["patch"]["entropy_clean"], models[k]["patch"]["delta"],
+                   models[k]["patch"]["random_p95"]]
                   for k in keys if "probe" in models[k]]
-    probe = Table("Implicit timestep: mask-rate probe R^2 (embedding, after each block) and direction patching",
-                  ["model", "held-out R^2 per point", "patched at", "entropy (nats)", "delta entropy",
-                   "delta (random dir)"], probe_rows)
+    probe = Table("Implicit timestep: mask-rate probe R^2 (embedding, after each block), its controls, and the "
+                  "difference-of-means shift after block 0",
+                  ["model", "held-out R^2 per point", "shuffled-label R^2 (block 0)", "pooled R^2 (block 0)",
+                   "entropy (nats)", "delta entropy", "random shifts p95"], probe_rows)
+    set_rows = [[k, ", ".join("L{}H{}".format(*h) for h in models[k]["induction_set_ablation"]["heads"]) or "none",
+                 models[k]["induction_set_ablation"]["base"], models[k]["induction_set_ablation"]["drop"],
+                 models[k]["induction_set_ablation"]["random_p95"]]
+                for k in keys if "induction_set_ablation" in models[k]]
+    sets = Table("Induction-head set ablation (mean) vs random same-size sets from layers >= 1",
+                 ["model", "induction heads", "base accuracy", "set drop", "random p95"], set_rows)
+    per_head = Table("Per head: induction score (target -> source attention) and single-head mean-ablation drop",
+                     ["model", "head", "induction score", "mean-abl drop", "zero-abl drop"],
+                     [[k, f"L{li}H{h}", models[k]["induction_scores"][li][h], models[k]["ablation"]["mean_drop"][li][h],
+                       models[k]["ablation"]["zero_drop"][li][h]]
+                      for k in keys for li in range(models[k]["n_layers"])
+                      for h in range(len(models[k]["induction_scores"][0]))])
+    gains = Table("Log-probability gain of the correct token over the no-source baseline (DLMs)",
+                  ["model", "direction", "gain left", "gain right", "gain both", "both / (left + right)"],
+                  [[k, d, models[k]["gains"][d]["left"], models[k]["gains"][d]["right"], models[k]["gains"][d]["both"],
+                    models[k]["gains"][d]["ratio"]] for k in keys if "gains" in models[k] for d in ("forward", "reverse")])
+    window = Table("Local window (background mask rate): forward accuracy with neighbours masked",
+                   ["model", "target only", "+-1", "+-2 only", "+-1 and +-2", "two far positions"],
+                   [[k] + [models[k]["local_window"][c] for c in ("none", "pm1", "pm2_only", "pm1_pm2", "far2")]
+                    for k in keys if "local_window" in models[k]])
     fold = Table("LayerNorm folding (frozen scale): performance gap",
                  ["model", "accuracy", "folded accuracy", "accuracy gap", "mean KL", "argmax agreement"],
                  [[k, models[k]["fold"]["accuracy"], models[k]["fold"]["folded_accuracy"],
@@ -103,7 +125,7 @@ def _tables(models: dict) -> list[Table]:
                 for k in keys if "emergence" in models[k]])
     tr = Table("Training", ["model", "final loss", "train seconds"],
                [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
-    return [acc, heads, comp, probe, fold, em, tr]
+    return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr]
 
 
 def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, mask_id: int, seed: int) -> list:
@@ -148,6 +170,25 @@ class _LazyModels:
         return train_model(self.p, self.data, int(L), obj, self.out / "runs" / key, progress=False)[0]
 
 
+def _setup(p: InductionPreset, data) -> str:
+    v = data.vocab
+    ids = f"ids from {p.n_random} reserved ones" if p.random_ids == "reserved" else "ids of the text vocabulary"
+    n_text = len(data.text_ids)
+    files = ", ".join(Path(f).name for f in data.files)
+    return (f"Matched attention-only transformers (d_model {p.d_model}, {p.n_heads} heads, {p.positions} positions, "
+            f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM loss "
+            f"(linear schedule, 1/t weight, mask rates t ~ U[{p.t_min}, {p.t_max}]), identical recipe: {p.steps} AdamW "
+            f"steps, batch {p.batch_size}, rows of {p.seq_len} tokens, lr {p.lr} (warmup {p.warmup_steps}, "
+            f"{p.schedule} schedule), seed {p.seed}. Corpus: {p.text_source} ({files}; {p.tokenizer} tokens, vocab "
+            f"{v.text_vocab}): {n_text} training tokens, {len(data.val_ids)} held out. Curriculum: steps 1..{p.text_steps} "
+            f"text windows only; afterwards each row is with probability {p.p_repeated} random tokens ({ids}) in which "
+            f"a segment of random length {p.min_half}..{p.seq_len // 2} at a random start repeats right after itself, "
+            f"else a text window: {text_epochs(p, n_text):.2f} epochs of the training text seen in expectation. "
+            f"Evaluation: {p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked "
+            f"targets per sequence for the DLM; mask-rate probe on held-out text/repeat rows at rates in "
+            f"[{p.t_min}, {p.t_max}]; difference-of-means shift from rate {p.patch_high} into rate {p.patch_low}.")
+
+
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
@@ -187,17 +228,7 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
         figs.probe_figure(out, models),
         figs.emergence_figure(out, models),
     ]
-    ids = f"ids from {p.n_random} reserved ones" if p.random_ids == "reserved" else "ids of the text vocabulary"
-    setup = (f"Matched attention-only transformers (d_model {p.d_model}, {p.n_heads} heads, {p.positions} positions, "
-             f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM "
-             f"loss (linear schedule, 1/t weight, mask rates t ~ U[{p.t_min}, {p.t_max}]), identical recipe: {p.steps} AdamW steps, batch {p.batch_size}, lr {p.lr} "
-             f"(warmup {p.warmup_steps}, {p.schedule} schedule), seed {p.seed}. Training rows of length {p.seq_len}: with probability "
-             f"{p.p_repeated} random tokens ({ids}) in which a segment of random length "
-             f"{p.min_half}..{p.seq_len // 2} at a random start is repeated right after itself (no fixed copy offset), "
-             f"otherwise a window of {p.text_source} ({p.tokenizer} tokens, vocab {v.text_vocab}). Evaluation: "
-             f"{p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked targets per "
-             f"sequence for the DLM; mask-rate probe on rates in [{p.t_min}, {p.t_max}], its direction patched "
-             f"from rate {p.patch_high} into rate {p.patch_low}.")
+    setup = _setup(p, data)
     res = StudyResult(study="induction", preset=preset, config=dataclasses.asdict(p), results={"models": models},
                       tables=_tables(models), figures=figures, claims=claims, wall_time_s=time.time() - t0,
                       setup=setup)

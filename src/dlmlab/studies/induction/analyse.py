@@ -6,10 +6,13 @@ from pathlib import Path
 
 import torch
 
-from dlmlab.analysis import ablation, circuits, emergence, fold, heads, induction, timestep
+from dlmlab.analysis import ablation, circuits, emergence, fold, head_sets, heads, induction, timestep
 from dlmlab.objectives.mdlm import corrupt
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab
+
+INDUCTION_THRESHOLD = 0.3  # an induction head (layer >= 1) attends from target to source with weight > this
+N_RANDOM_CONTROLS = 20  # random head sets / random shifts per control
 
 
 def accuracy_fn(objective: str, tokens: torch.Tensor, mask_id: int, per_seq: int, seed: int = 0):
@@ -18,6 +21,15 @@ def accuracy_fn(objective: str, tokens: torch.Tensor, mask_id: int, per_seq: int
         return lambda m: induction.ar_accuracy(m, tokens, "forward")
     rows = induction.build_rows(tokens, mask_id, "forward", "both", per_seq, seed=seed)
     return lambda m: induction.masked_accuracy(m, rows, mask_id)
+
+
+def untrained_like(model, p: InductionPreset, vocab: RepeatedVocab, objective: str):
+    """The model's shape at initialisation (the seed of training), on the model's device."""
+    from dlmlab.models import Transformer
+    from dlmlab.studies.induction.train import model_config
+
+    torch.manual_seed(p.seed)
+    return Transformer(model_config(p, vocab, len(model.blocks), objective)).to(heads.model_device(model)).eval()
 
 
 def lightly_masked(tokens: torch.Tensor, mask_id: int, rate: float = 0.15, seed: int = 0) -> torch.Tensor:
@@ -31,7 +43,7 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
     """Every measurement of one trained model -> JSON-able dict (tensors as nested lists)."""
     mid = vocab.mask_id
     model.eval()
-    r: dict = {"objective": objective, "n_layers": len(model.blocks)}
+    r: dict = {"objective": objective, "n_layers": len(model.blocks), "seq_len": int(eval_tokens.shape[1])}
     if objective == "ar":
         r["accuracy"] = induction.ar_table(model, eval_tokens)
         r["induction_scores"] = induction.ar_induction_scores(model, eval_tokens)
@@ -45,10 +57,18 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
                                                                        max(1, p.per_seq // 2), seed=p.seed)
         r["local_window"] = induction.local_window(model, eval_tokens, mid, "forward", p.background, p.per_seq,
                                                    seed=p.seed)
+        r["gains"] = {}
+        for d in induction.DIRECTIONS:
+            g = induction.context_gains(model, eval_tokens, mid, d, p.per_seq, seed=p.seed)
+            r["gains"][d] = {**{c: float(g[c].mean()) for c in induction.CONTEXTS},
+                             "neither_log_prob": float(g["neither"].mean()), "ratio": induction.additivity(g)}
         head_input = lightly_masked(eval_tokens, mid, seed=p.seed)
         ablate_ref = induction.build_rows(eval_tokens, mid, "forward", "both", p.per_seq, seed=p.seed).noisy
     r["prev_token_scores"] = heads.previous_token_scores(model, head_input)
     r["next_token_scores"] = heads.next_token_scores(model, head_input)
+    init = untrained_like(model, p, vocab, objective)  # control: the same shape at initialisation
+    r["prev_token_scores_init"] = heads.previous_token_scores(init, head_input)
+    r["next_token_scores_init"] = heads.next_token_scores(init, head_input)
 
     metric = accuracy_fn(objective, eval_tokens, mid, p.per_seq, p.seed)
     means = ablation.head_means(model, ablate_ref)
@@ -62,6 +82,11 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         r["top_induction_head"] = [layer, head]
         r["top_induction_head_mean_drop"] = float(drop_mean[layer, head])
         r["top_induction_head_zero_drop"] = float(drop_zero[layer, head])
+        ind = head_sets.heads_above(scores, INDUCTION_THRESHOLD, min_layer=1)
+        pool = head_sets.layer_pool(len(model.blocks), scores.shape[1], min_layer=1)
+        test = head_sets.set_ablation_test(model, metric, ind, pool, means, "mean", N_RANDOM_CONTROLS, seed=p.seed)
+        r["induction_set_ablation"] = {**test.to_dict(), "threshold": INDUCTION_THRESHOLD,
+                                       "pool": "every head of layers >= 1"}
 
     # circuits on the folded (exactly linear) model, and the folding gap
     few = head_input[:64]  # the frozen scales and the logit gap need only a few sequences
@@ -74,6 +99,8 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         comp = {k: circuits.composition_scores(folded, k) for k in circuits.COMPOSITIONS}
         li, hi_ = r["top_induction_head"]
         r["composition_into_top_head"] = {k: v[:, :, li, hi_] for k, v in comp.items()}  # [L, H] from earlier heads
+        r["composition_convention"] = ("TransformerLens: ||W_OV^1 W_QK^2||_F / (||W_OV^1||_F ||W_QK^2||_F) (Q), "
+                                       "W_QK^2 transposed (K), on the LayerNorm-folded model")
     r["copying_scores"] = circuits.copying_scores(folded)
     qk_s = [circuits.qk_circuit(folded, i).svd()[1][:, :4] for i in range(len(model.blocks))]
     r["qk_top_singular_values"] = torch.stack(qk_s)  # [L, H, 4]
@@ -82,13 +109,10 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
 
     if objective == "dlm":
         rep = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed, t_range=(p.t_min, p.t_max))
-        r["probe"] = {"points": rep.points, "r2": rep.r2, "train_r2": rep.train_r2}
-        L = len(model.blocks)
-        cands = list(range(1, L)) if L >= 2 else [L]  # residual points after blocks 0..L-2 (else the last)
-        best = max(cands, key=lambda i: rep.r2[i])
-        r["patch"] = {"point": rep.points[best], "probe_r2": rep.r2[best],
-                      **timestep.patch_mask_rate(model, probe_tokens, mid, rep.points[best], rep.directions[best],
-                                                 low=p.patch_low, high=p.patch_high, seed=p.seed)}
+        r["probe"] = {"points": rep.points, "r2": rep.r2, "train_r2": rep.train_r2, "r2_pooled": rep.r2_pooled,
+                      "r2_control": rep.r2_control, "t_range": [p.t_min, p.t_max]}
+        r["patch"] = timestep.mean_shift_patch(model, probe_tokens, mid, rep.points[1], p.patch_low, p.patch_high,
+                                               N_RANDOM_CONTROLS, seed=p.seed)
 
     if run_dir is not None:
         ev_tokens = eval_tokens[: max(8, eval_tokens.shape[0] // 2)]

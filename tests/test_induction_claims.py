@@ -1,0 +1,204 @@
+"""The induction study's claim computations on small hand-built cases, and their building blocks
+(no-source gains, far-position control, head-set ablation control, difference-of-means shift, corpus, curriculum)."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from dlmlab.analysis import head_sets, induction, timestep
+from dlmlab.data.corpus import read_corpus, tokenise_corpus
+from dlmlab.data.paths import DataNotFound
+from dlmlab.models import Transformer, TransformerConfig
+from dlmlab.studies.induction import claims as C
+from dlmlab.studies.induction.presets import PRESETS
+from dlmlab.studies.induction.train import p_repeated_at, text_epochs
+from dlmlab.tasks.repeated import repeated_tokens
+
+MASK = 29
+
+
+def seqs(B=4, half=10):
+    return repeated_tokens(B, half, 5, 29, torch.Generator().manual_seed(0), distinct=True)
+
+
+# -- rows: the no-source baseline and the far-position control ------------------------------------
+def test_neither_context_masks_the_whole_target_half_and_far_positions_are_far():
+    x = seqs()
+    rows = induction.build_rows(x, MASK, "forward", "neither", per_seq=3)
+    assert (rows.noisy[:, 10:] == MASK).all() and (rows.noisy[:, :10] != MASK).all()
+    base = induction.build_rows(x, MASK, "reverse", "both", per_seq=3, seed=4)
+    far = induction.build_rows(x, MASK, "reverse", "both", per_seq=3, seed=4, far=2)
+    assert torch.equal(base.target, far.target)  # paired rows
+    for n in range(len(far.target)):
+        extra = ((far.noisy[n] == MASK) & (base.noisy[n] != MASK)).nonzero().flatten()
+        assert len(extra) == 2 and ((extra - far.target[n]).abs() >= induction.FAR_MIN).all() and (extra < 10).all()
+    with pytest.raises(ValueError, match="far"):
+        induction.build_rows(x, MASK, "forward", "both", far=-1)
+
+
+class LeftCopy(torch.nn.Module):
+    """Masked oracle: a masked k whose left neighbour is visible copies the token after that neighbour's copy."""
+
+    def forward(self, x):
+        B, T = x.shape
+        out = torch.zeros(B, T, MASK + 1)
+        for b in range(B):
+            for k in range(1, T):
+                if x[b, k] == MASK and x[b, k - 1] != MASK:
+                    for j in range(T - 1):
+                        if j != k - 1 and x[b, j] == x[b, k - 1] and x[b, j + 1] != MASK:
+                            out[b, k, x[b, j + 1]] = 8.0
+        return out
+
+
+def test_context_gains_of_a_left_only_oracle_are_additive():
+    g = induction.context_gains(LeftCopy(), seqs(), MASK, "forward", per_seq=3)
+    assert torch.allclose(g["right"], torch.zeros_like(g["right"]))
+    assert (g["left"] > 1).all() and torch.allclose(g["both"], g["left"])
+    assert induction.additivity(g) == pytest.approx(1.0)
+    assert induction.additivity({"left": torch.tensor([1.0]), "right": torch.tensor([1.0]),
+                                 "both": torch.tensor([3.0])}) == pytest.approx(1.5)
+
+
+# -- head sets -------------------------------------------------------------------------------------
+def tiny(L=2, H=2):
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(vocab_size=12, d_model=16, n_layers=L, n_heads=H, d_mlp=0,
+                                         attn_mask="bidirectional", max_seq_len=16, init_std=0.3)).eval()
+
+
+def test_heads_above_pool_and_random_sets():
+    s = torch.tensor([[0.9, 0.1], [0.5, 0.2], [0.31, 0.3]])
+    assert head_sets.heads_above(s, 0.3, min_layer=1) == [(1, 0), (2, 0)]
+    pool = head_sets.layer_pool(3, 2, min_layer=1)
+    assert pool == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    sets = head_sets.random_sets(pool, 2, 30, exclude=[(1, 0), (2, 0)], seed=1)
+    assert len(sets) == 30 and all(len(set(x)) == 2 and set(x) != {(1, 0), (2, 0)} for x in sets)
+    assert sets == head_sets.random_sets(pool, 2, 30, exclude=[(1, 0), (2, 0)], seed=1)
+    with pytest.raises(ValueError, match="differs"):
+        head_sets.random_sets([(1, 0)], 1, 3, exclude=[(1, 0)])
+
+
+def test_set_ablation_matches_direct_ablation_and_controls():
+    from dlmlab.analysis.ablation import ablate_heads
+
+    m = tiny()
+    x = torch.randint(0, 11, (4, 16), generator=torch.Generator().manual_seed(2))
+
+    def metric(model):
+        with torch.no_grad():
+            return float(model(x)[..., 3].mean())
+
+    res = head_sets.set_ablation_test(m, metric, [(1, 1)], head_sets.layer_pool(2, 2, 1), kind="zero", n_random=20)
+    with ablate_heads(m, [(1, 1)], "zero"):
+        direct = metric(m)
+    assert res.drop == pytest.approx(metric(m) - direct)
+    assert len(res.random_drops) == 20 and all(s == [(1, 0)] for s in res.random_sets)  # the only other head
+    assert res.p95 == pytest.approx(res.random_drops[0])
+    empty = head_sets.set_ablation_test(m, metric, [], head_sets.layer_pool(2, 2, 1))
+    assert empty.heads == [] and empty.random_drops == []
+
+
+# -- difference-of-means shift -----------------------------------------------------------------------
+def test_nested_masks_and_mean_shift_patch():
+    g = torch.Generator().manual_seed(0)
+    lo, hi = timestep.nested_masks((64, 32), 0.1, 0.6, g)
+    assert (lo <= hi).all() and 0.05 < lo.float().mean() < 0.15 and 0.5 < hi.float().mean() < 0.7
+    m = tiny()
+    x = torch.randint(0, 11, (16, 16), generator=torch.Generator().manual_seed(0))
+    r = timestep.mean_shift_patch(m, x, 11, "blocks.0.resid_post", 0.1, 0.6, n_random=5)
+    assert len(r["random_deltas"]) == 5 and r["n_fit_seqs"] == 8 and r["shift_norm"] > 0 and r["delta"] != 0
+    assert r == timestep.mean_shift_patch(m, x, 11, "blocks.0.resid_post", 0.1, 0.6, n_random=5)  # seeded
+    with pytest.raises(ValueError, match="low"):
+        timestep.mean_shift_patch(m, x, 11, low=0.6, high=0.1)
+
+
+def test_probe_report_has_controls():
+    m = tiny()
+    x = torch.randint(0, 11, (32, 16), generator=torch.Generator().manual_seed(0))
+    rep = timestep.mask_rate_probe(m, x, mask_id=11)
+    assert len(rep.r2_pooled) == len(rep.r2_control) == len(rep.points) == 3
+
+
+# -- claims on hand-built measurement dicts ---------------------------------------------------------
+def dlm(L=2, **kw):
+    m = {"objective": "dlm", "n_layers": L,
+         "prev_token_scores": [[0.9, 0.1, 0.0, 0.1]], "next_token_scores": [[0.0, 0.8, 0.1, 0.1]],
+         "prev_token_scores_init": [[0.1] * 4], "next_token_scores_init": [[0.1] * 4],
+         "gains": {d: {"left": 1.0, "right": 1.5, "both": 2.4, "ratio": 0.96} for d in ("forward", "reverse")},
+         "induction_set_ablation": {"heads": [[1, 2]], "base": 0.9, "drop": 0.6, "random_p95": 0.1,
+                                    "random_drops": [0.1] * 20, "threshold": 0.3},
+         "probe": {"r2": [0.2, 0.85, 0.9], "r2_control": [0.0, -0.01, 0.0], "r2_pooled": [0.5, 0.95, 0.95],
+                   "t_range": [0.02, 0.5]},
+         "patch": {"low": 0.05, "high": 0.5, "delta": 0.5, "random_p95": 0.2, "random_deltas": [0.1] * 20,
+                   "entropy_clean": 1.0},
+         "local_window": {"none": 0.9, "pm1": 0.5, "pm2_only": 0.6, "pm1_pm2": 0.2, "far2": 0.88},
+         "top_induction_head": [1, 2],
+         "composition_into_top_head": {"Q": [[0.5, 0.4, 0.1, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}}
+    m.update(kw)
+    return m
+
+
+def verdict(fn, **kw):
+    return fn({"dlm_L2": dlm(**kw)}).holds
+
+
+def test_prev_next_claim_needs_two_distinct_heads_above_half():
+    assert verdict(C.prev_and_next_token_heads_in_layer0)
+    assert not verdict(C.prev_and_next_token_heads_in_layer0, next_token_scores=[[0.9, 0.1, 0.0, 0.0]])  # same head
+    assert not verdict(C.prev_and_next_token_heads_in_layer0, prev_token_scores=[[0.45, 0.1, 0.0, 0.1]])
+
+
+def test_additivity_claim_range():
+    assert verdict(C.both_approx_left_plus_right)
+    bad = {d: {"left": 1.0, "right": 1.0, "both": 3.0, "ratio": 1.5} for d in ("forward", "reverse")}
+    assert not verdict(C.both_approx_left_plus_right, gains=bad)
+
+
+def test_ablation_claim_needs_drop_and_beating_random_sets():
+    assert verdict(C.induction_heads_ablation_drop)
+    base = dlm()["induction_set_ablation"]
+    assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "random_p95": 0.7})
+    assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "drop": 0.15, "random_p95": 0})
+    assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "heads": []})
+    assert verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "base": 0.1}) is None  # no induction
+
+
+def test_probe_patch_window_and_composition_claims():
+    assert verdict(C.mask_rate_probe_r2)
+    assert not verdict(C.mask_rate_probe_r2, probe={**dlm()["probe"], "r2": [0.2, 0.7, 0.95]})  # after block 0 only
+    assert verdict(C.mask_rate_patch_raises_entropy)
+    assert not verdict(C.mask_rate_patch_raises_entropy, patch={**dlm()["patch"], "delta": 0.15})
+    assert verdict(C.local_window_sensitivity)
+    assert not verdict(C.local_window_sensitivity, local_window={**dlm()["local_window"], "far2": 0.55})
+    assert not verdict(C.local_window_sensitivity, local_window={**dlm()["local_window"], "pm1_pm2": 0.75})
+    assert verdict(C.q_and_k_composition_in_induction_heads)
+    comp = {"Q": [[0.5, 0.4, 0.6, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}
+    assert not verdict(C.q_and_k_composition_in_induction_heads, composition_into_top_head=comp)
+
+
+# -- corpus and curriculum -----------------------------------------------------------------------------
+def test_corpus_reads_text_jsonl_folders_env_and_alternatives(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("hello")
+    (tmp_path / "d" / "b.jsonl").write_text(json.dumps({"text": "world"}) + "\n\n" + json.dumps({"text": "!"}) + "\n")
+    c = read_corpus(str(tmp_path / "d"), separator="|")
+    assert c.text == "hello|world|!" and len(c.files) == 2
+    monkeypatch.setenv("H5_CORPUS", str(tmp_path / "d" / "a.txt"))
+    assert read_corpus("$H5_CORPUS+$H5_CORPUS", separator=" ").text == "hello hello"
+    assert read_corpus(f"$H5_UNSET|{tmp_path / 'd' / 'a.txt'}").text == "hello"
+    assert read_corpus(str(tmp_path / "d"), max_chars=3).text == "hel"
+    with pytest.raises(DataNotFound):
+        read_corpus(str(tmp_path / "nope"))
+    ids = tokenise_corpus(str(tmp_path / "d"), "char", val_fraction=0.2)
+    assert ids.n_tokens == len(c.text) + 2 * 2 - 2 and ids.tokenizer.vocab_size >= 8
+
+
+def test_curriculum_text_first_then_repeat_mix():
+    p = PRESETS["cpu"]
+    assert p_repeated_at(p, 1) == 0.0 and p_repeated_at(p, p.text_steps - 1) == 0.0
+    assert p_repeated_at(p, p.text_steps) == p.p_repeated and p.seq_len >= 64
+    q = dataclasses.replace(p, steps=10, text_steps=5, batch_size=2, seq_len=4, p_repeated=0.5)
+    assert text_epochs(q, 100) == pytest.approx((5 * 2 + 5 * 2 * 0.5) * 4 / 100)
