@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from dlmlab.models.selective_scan import check_scan_inputs, selective_scan
 
 SOURCE = Path(__file__).with_name("csrc") / "selective_scan.cpp"
-CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"] + (
+CFLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp"] + (
     ["-mprefer-vector-width=512"] if platform.machine().lower() in ("x86_64", "amd64") else [])
 
 

@@ -6,11 +6,10 @@
 // Shapes: u, dt, z, out [Bs,T,Di]; At = A^T [N,Di]; B, C [Bs,T,N]; D [Di]; checkpoints hck [Bs,nck,N,Di]
 // (the state before every chunk-th step).  Work items are (batch, block of W channels); the state
 // of one item is a local [N][W] array, vectorised over the W channels, so [Bs,T,Di,N] is never
-// stored.  The backward recomputes one chunk of states and exp(dt A) from its checkpoint, then
-// runs the adjoint recurrence in reverse time.  Sums over channels (dB, dC) and over the batch
-// (dA, dD) are taken per item and then reduced in a fixed order: results do not depend on the number
-// of threads.  Built with -ffp-contract=off, so the float path gives the same bits whatever the
-// SIMD width.
+// stored.  The backward (work items: batch rows) recomputes one chunk of states and exp(dt A)
+// from its checkpoint, then runs the adjoint recurrence in reverse time.  Sums over channels (dB,
+// dC) run over the blocks in order, sums over the batch (dA, dD) are reduced afterwards in a fixed
+// order: results do not depend on the number of threads.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -127,110 +126,127 @@ void forward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, T* out
   }
 }
 
-// Gradient outputs; gA_part [Bs,N,Di], gD_part [Bs,Di], gB_part / gC_part [Bs,nblk,T,N] are
-// per-item partial sums, reduced afterwards in a fixed order.
+// Gradient outputs: gu, gdt, gz [Bs,T,Di]; gB, gC [Bs,T,N]; per-batch partial sums gA_part [Bs,N,Di]
+// and gD_part [Bs,Di], reduced over the batch afterwards in a fixed order.
 template <typename T>
 struct Grads {
-  T *gu, *gdt, *gz, *gA_part, *gD_part, *gB_part, *gC_part;
+  T *gu, *gdt, *gz, *gB, *gC, *gA_part, *gD_part;
 };
 
+// The backward of batch row b, all channels.  Time runs backwards chunk by chunk; inside a chunk
+// every channel block recomputes its states from its checkpoint and runs the adjoint
+// recurrence, adding its share of dB_t, dC_t into accB / accC [L][N][W] (blocks in order), which
+// are summed over the W lanes once per chunk.
 template <typename T>
-void backward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, const T* gout, const T* hck,
-                   const Grads<T>& g) {
-  const int64_t N = s.N, Di = s.Di, L = s.chunk, NW = N * W, d0 = blk * W, wn = std::min<int64_t>(W, Di - d0);
-  std::vector<T> a(NW, T(0)), carry(NW, T(0)), gA(NW, T(0)), pB(NW), pC(NW);
-  std::vector<T> H((L + 1) * NW), E(L * NW), xdt(L * W), xu(L * W), Y(L * W);
-  for (int64_t n = 0; n < N; ++n) load_lanes(&a[n * W], in.At + n * Di + d0, wn);
-  alignas(64) T x[W], gyv[W], gx[W], gdtA[W], dv[W], gD[W], zv[W], gzv[W];
-  load_lanes(dv, in.D + d0, wn);
-  for (int w = 0; w < W; ++w) gD[w] = T(0);
+void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gout, const T* hck, const Grads<T>& g) {
+  const int64_t N = s.N, Di = s.Di, L = s.chunk, NW = N * W, nblk = s.nblk;
+  std::vector<T> a(nblk * NW, T(0)), carry(nblk * NW, T(0)), gA(nblk * NW, T(0));
+  std::vector<T> dv(nblk * W, T(0)), gD(nblk * W, T(0));
+  std::vector<T> H((L + 1) * NW), E(L * NW), xdt(L * W), xu(L * W), Y(L * W), accB(L * NW), accC(L * NW);
+  for (int64_t k = 0; k < nblk; ++k) {
+    const int64_t d0 = k * W, wn = std::min<int64_t>(W, Di - d0);
+    for (int64_t n = 0; n < N; ++n) load_lanes(&a[k * NW + n * W], in.At + n * Di + d0, wn);
+    load_lanes(&dv[k * W], in.D + d0, wn);
+  }
+  alignas(64) T x[W], gyv[W], gx[W], gdtA[W], zv[W], gzv[W];
   for (int64_t c = s.nck - 1; c >= 0; --c) {
     const int64_t t0 = c * L, len = std::min(L, s.T - t0);
-    const T* src = hck + ((b * s.nck + c) * N) * Di + d0;
-    for (int64_t n = 0; n < N; ++n) load_lanes(&H[n * W], src + n * Di, wn);
-    for (int64_t i = 0; i < len; ++i) {  // recompute the chunk's states, exp(dt A) and y
-      const int64_t row = (b * s.T + t0 + i) * Di + d0;
-      T* xd = &xdt[i * W];
-      T* xv = &xu[i * W];
-      T* yv = &Y[i * W];
-      load_lanes(xd, in.dt + row, wn);
-      load_lanes(xv, in.u + row, wn);
-      for (int w = 0; w < W; ++w) { x[w] = xd[w] * xv[w]; yv[w] = T(0); }
-      const T* Bt = in.B + (b * s.T + t0 + i) * N;
-      const T* Ct = in.C + (b * s.T + t0 + i) * N;
-      for (int64_t n = 0; n < N; ++n) {
-        const T bn = Bt[n], cn = Ct[n];
-        const T* hp = &H[i * NW + n * W];
-        T* hn = &H[(i + 1) * NW + n * W];
-        T* en = &E[i * NW + n * W];
-        const T* an = &a[n * W];
+    std::fill(accB.begin(), accB.end(), T(0));
+    std::fill(accC.begin(), accC.end(), T(0));
+    for (int64_t k = 0; k < nblk; ++k) {
+      const int64_t d0 = k * W, wn = std::min<int64_t>(W, Di - d0);
+      const T* ak = &a[k * NW];
+      const T* dk = &dv[k * W];
+      const T* src = hck + ((b * s.nck + c) * N) * Di + d0;
+      for (int64_t n = 0; n < N; ++n) load_lanes(&H[n * W], src + n * Di, wn);
+      for (int64_t i = 0; i < len; ++i) {  // recompute the chunk's states, exp(dt A) and y
+        const int64_t row = (b * s.T + t0 + i) * Di + d0;
+        T* xd = &xdt[i * W];
+        T* xv = &xu[i * W];
+        T* yv = &Y[i * W];
+        load_lanes(xd, in.dt + row, wn);
+        load_lanes(xv, in.u + row, wn);
+        for (int w = 0; w < W; ++w) { x[w] = xd[w] * xv[w]; yv[w] = T(0); }
+        const T* Bt = in.B + (b * s.T + t0 + i) * N;
+        const T* Ct = in.C + (b * s.T + t0 + i) * N;
+        for (int64_t n = 0; n < N; ++n) {
+          const T bn = Bt[n], cn = Ct[n];
+          const T* hp = &H[i * NW + n * W];
+          T* hn = &H[(i + 1) * NW + n * W];
+          T* en = &E[i * NW + n * W];
+          const T* an = ak + n * W;
 #pragma GCC ivdep
+          for (int w = 0; w < W; ++w) {
+            T e = sexp<T>(xd[w] * an[w]);
+            en[w] = e;
+            T hv = e * hp[w] + x[w] * bn;
+            hn[w] = hv;
+            yv[w] += cn * hv;
+          }
+        }
+      }
+      for (int64_t i = len - 1; i >= 0; --i) {  // adjoint: G_t = gy_t C_t + exp(dt_{t+1} A) G_{t+1}
+        const int64_t t = t0 + i, row = (b * s.T + t) * Di + d0;
+        const T* xd = &xdt[i * W];
+        const T* xv = &xu[i * W];
+        load_lanes(gyv, gout + row, wn);
+        if (in.z) {  // through out = (y + D u) * silu(z)
+          load_lanes(zv, in.z + row, wn);
+          for (int w = 0; w < W; ++w) {
+            T sg = sigmoid<T>(zv[w]), ys = Y[i * W + w] + dk[w] * xv[w];
+            gzv[w] = gyv[w] * ys * sg * (T(1) + zv[w] * (T(1) - sg));
+            gyv[w] = gyv[w] * (zv[w] * sg);
+          }
+          for (int w = 0; w < wn; ++w) g.gz[row + w] = gzv[w];
+        }
+        T* gDk = &gD[k * W];
         for (int w = 0; w < W; ++w) {
-          T e = sexp<T>(xd[w] * an[w]);
-          en[w] = e;
-          T hv = e * hp[w] + x[w] * bn;
-          hn[w] = hv;
-          yv[w] += cn * hv;
+          x[w] = xd[w] * xv[w]; gx[w] = T(0); gdtA[w] = T(0);
+          gDk[w] += gyv[w] * xv[w];
+        }
+        const T* Bt = in.B + (b * s.T + t) * N;
+        const T* Ct = in.C + (b * s.T + t) * N;
+        for (int64_t n = 0; n < N; ++n) {
+          const T bn = Bt[n], cn = Ct[n];
+          const T* hp = &H[i * NW + n * W];
+          const T* hn = &H[(i + 1) * NW + n * W];
+          const T* en = &E[i * NW + n * W];
+          const T* an = ak + n * W;
+          T* cr = &carry[k * NW + n * W];
+          T* gAn = &gA[k * NW + n * W];
+          T* pBn = &accB[i * NW + n * W];
+          T* pCn = &accC[i * NW + n * W];
+#pragma GCC ivdep
+          for (int w = 0; w < W; ++w) {
+            T gh = gyv[w] * cn + cr[w];
+            T sv = gh * hp[w] * en[w];  // dL/d(dt A)
+            pCn[w] += gyv[w] * hn[w];
+            pBn[w] += gh * x[w];
+            gx[w] += gh * bn;
+            gdtA[w] += sv * an[w];
+            gAn[w] += sv * xd[w];
+            cr[w] = en[w] * gh;
+          }
+        }
+        for (int w = 0; w < wn; ++w) {
+          g.gu[row + w] = gx[w] * xd[w] + gyv[w] * dk[w];
+          g.gdt[row + w] = gdtA[w] + gx[w] * xv[w];
         }
       }
     }
-    for (int64_t i = len - 1; i >= 0; --i) {  // adjoint: G_t = gy_t C_t + exp(dt_{t+1} A) G_{t+1}
-      const int64_t t = t0 + i, row = (b * s.T + t) * Di + d0;
-      const T* xd = &xdt[i * W];
-      const T* xv = &xu[i * W];
-      load_lanes(gyv, gout + row, wn);
-      if (in.z) {  // through out = (y + D u) * silu(z)
-        load_lanes(zv, in.z + row, wn);
-        for (int w = 0; w < W; ++w) {
-          T sg = sigmoid<T>(zv[w]), ys = Y[i * W + w] + dv[w] * xv[w];
-          gzv[w] = gyv[w] * ys * sg * (T(1) + zv[w] * (T(1) - sg));
-          gyv[w] = gyv[w] * (zv[w] * sg);
-        }
-        for (int w = 0; w < wn; ++w) g.gz[row + w] = gzv[w];
-      }
-      for (int w = 0; w < W; ++w) {
-        x[w] = xd[w] * xv[w]; gx[w] = T(0); gdtA[w] = T(0);
-        gD[w] += gyv[w] * xv[w];
-      }
-      const T* Bt = in.B + (b * s.T + t) * N;
-      const T* Ct = in.C + (b * s.T + t) * N;
-      for (int64_t n = 0; n < N; ++n) {
-        const T bn = Bt[n], cn = Ct[n];
-        const T* hp = &H[i * NW + n * W];
-        const T* hn = &H[(i + 1) * NW + n * W];
-        const T* en = &E[i * NW + n * W];
-        const T* an = &a[n * W];
-        T* cr = &carry[n * W];
-        T* gAn = &gA[n * W];
-        T* pBn = &pB[n * W];
-        T* pCn = &pC[n * W];
-#pragma GCC ivdep
-        for (int w = 0; w < W; ++w) {
-          T gh = gyv[w] * cn + cr[w];
-          T sv = gh * hp[w] * en[w];  // dL/d(dt A)
-          pCn[w] = gyv[w] * hn[w];
-          pBn[w] = gh * x[w];
-          gx[w] += gh * bn;
-          gdtA[w] += sv * an[w];
-          gAn[w] += sv * xd[w];
-          cr[w] = en[w] * gh;
-        }
-      }
-      tree_sum_rows(pB.data(), N);
-      tree_sum_rows(pC.data(), N);
-      T* gBt = g.gB_part + ((b * s.nblk + blk) * s.T + t) * N;
-      T* gCt = g.gC_part + ((b * s.nblk + blk) * s.T + t) * N;
-      for (int64_t n = 0; n < N; ++n) { gBt[n] = pB[n * W]; gCt[n] = pC[n * W]; }
-      for (int w = 0; w < wn; ++w) {
-        g.gu[row + w] = gx[w] * xd[w] + gyv[w] * dv[w];
-        g.gdt[row + w] = gdtA[w] + gx[w] * xv[w];
-      }
+    tree_sum_rows(accB.data(), len * N);
+    tree_sum_rows(accC.data(), len * N);
+    for (int64_t r = 0; r < len * N; ++r) {
+      g.gB[(b * s.T + t0) * N + r] = accB[r * W];
+      g.gC[(b * s.T + t0) * N + r] = accC[r * W];
     }
   }
-  T* dst = g.gA_part + b * N * Di + d0;
-  for (int64_t n = 0; n < N; ++n)
-    for (int w = 0; w < wn; ++w) dst[n * Di + w] = gA[n * W + w];
-  for (int w = 0; w < wn; ++w) g.gD_part[b * Di + d0 + w] = gD[w];
+  for (int64_t k = 0; k < nblk; ++k) {
+    const int64_t d0 = k * W, wn = std::min<int64_t>(W, Di - d0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int w = 0; w < wn; ++w) g.gA_part[(b * N + n) * Di + d0 + w] = gA[k * NW + n * W + w];
+    for (int w = 0; w < wn; ++w) g.gD_part[b * Di + d0 + w] = gD[k * W + w];
+  }
 }
 
 void check_inputs(const std::vector<at::Tensor>& ts) {
@@ -290,21 +306,17 @@ std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At
   auto gu = at::empty_like(u), gdt = at::empty_like(u), gz = at::empty_like(z);
   auto gA_part = at::empty({s.Bs, s.N, s.Di}, u.options());
   auto gD_part = at::empty({s.Bs, s.Di}, u.options());
-  auto gB_part = at::empty({s.Bs, s.nblk, s.T, s.N}, u.options());
-  auto gC_part = at::empty({s.Bs, s.nblk, s.T, s.N}, u.options());
   auto gAt = at::empty_like(At), gB = at::empty_like(B), gC = at::empty_like(C), gD = at::empty_like(D);
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "fused_scan_backward", [&] {
     const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D, z);
     const Grads<scalar_t> g{gu.data_ptr<scalar_t>(), gdt.data_ptr<scalar_t>(),
-                            z.numel() ? gz.data_ptr<scalar_t>() : nullptr, gA_part.data_ptr<scalar_t>(),
-                            gD_part.data_ptr<scalar_t>(), gB_part.data_ptr<scalar_t>(), gC_part.data_ptr<scalar_t>()};
+                            z.numel() ? gz.data_ptr<scalar_t>() : nullptr, gB.data_ptr<scalar_t>(),
+                            gC.data_ptr<scalar_t>(), gA_part.data_ptr<scalar_t>(), gD_part.data_ptr<scalar_t>()};
     const scalar_t *pg = gout.data_ptr<scalar_t>(), *ph = hck.data_ptr<scalar_t>();
-    at::parallel_for(0, s.Bs * s.nblk, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) backward_item<scalar_t>(s, i / s.nblk, i % s.nblk, in, pg, ph, g);
+    at::parallel_for(0, s.Bs, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) backward_batch<scalar_t>(s, b, in, pg, ph, g);
     });
-    // fixed-order reductions: over channel blocks for dB, dC; over the batch for dA, dD
-    fixed_order_sum(g.gB_part, gB.data_ptr<scalar_t>(), s.Bs, s.nblk, s.T * s.N);
-    fixed_order_sum(g.gC_part, gC.data_ptr<scalar_t>(), s.Bs, s.nblk, s.T * s.N);
+    // fixed-order reductions over the batch
     fixed_order_sum(g.gA_part, gAt.data_ptr<scalar_t>(), 1, s.Bs, s.N * s.Di);
     fixed_order_sum(g.gD_part, gD.data_ptr<scalar_t>(), 1, s.Bs, s.Di);
   });
