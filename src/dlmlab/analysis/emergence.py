@@ -22,8 +22,19 @@ def checkpoint_curve(model, run_dir: str | Path, metric: Callable[[object], floa
     for step, path in bar(cks, desc="checkpoints", disable=not progress, leave=False):
         load_checkpoint(path, model)
         model.eval()
-        out.append((step, float(metric(model))))
+        val = metric(model)
+        out.append((step, val if isinstance(val, list) else float(val)))
     return out
+
+
+def checkpoint_curves(model, run_dir: str | Path, metrics: dict[str, Callable[[object], float]],
+                      progress: bool = False) -> dict[str, list[tuple[int, float]]]:
+    """{name: [(step, metric(model at step))]} for several metrics, loading each checkpoint once."""
+    if not metrics:
+        raise ValueError("no metrics given")
+    names = list(metrics)
+    rows = checkpoint_curve(model, run_dir, lambda m: [float(metrics[n](m)) for n in names], progress)
+    return {n: [(step, vals[i]) for step, vals in rows] for i, n in enumerate(names)}
 
 
 def jump_step(curve: list[tuple[int, float]], baseline: float | None = None) -> dict:

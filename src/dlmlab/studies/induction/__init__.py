@@ -149,12 +149,13 @@ def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, 
 
 
 def _train_and_analyse(p: InductionPreset, data, n_layers: int, objective: str, run_dir: Path,
-                       eval_tokens: torch.Tensor, probe_tokens: torch.Tensor, progress: bool) -> dict:
+                       eval_tokens: torch.Tensor, probe_tokens: torch.Tensor, progress: bool,
+                       text_tokens: torch.Tensor | None = None) -> dict:
     """One job (possibly on a worker process): train (or resume) one model, then measure it."""
     ts = time.time()
     model, hist = train_model(p, data, n_layers, objective, run_dir, progress)
     secs = time.time() - ts
-    meas = analyse_model(model, objective, p, data.vocab, eval_tokens, probe_tokens, run_dir, progress)
+    meas = analyse_model(model, objective, p, data.vocab, eval_tokens, probe_tokens, run_dir, progress, text_tokens)
     meas["train"] = {"final_loss": hist[-1]["loss"] if hist else None, "seconds": secs}
     return _clean(meas)
 
@@ -208,13 +209,15 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
                                   distinct=True)
     probe_tokens = mixed_batch(data.val_ids, p.probe_seqs, p.seq_len, p.p_repeated, data.lo, data.hi,
                                torch.Generator().manual_seed(p.seed + 2), p.min_half)
+    text_tokens = mixed_batch(data.val_ids, p.probe_seqs // 2, p.seq_len, 0.0, data.lo, data.hi,
+                              torch.Generator().manual_seed(p.seed + 3))
     jobs = []
     for L in p.depths:
         for obj in OBJECTIVES:
             run_dir = out / "runs" / f"{obj}_L{L}"
             _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(p), "objective": obj, "n_layers": L,
                                        "text_vocab": v.text_vocab})
-            jobs.append((p, data, L, obj, run_dir, eval_tokens, probe_tokens, progress))
+            jobs.append((p, data, L, obj, run_dir, eval_tokens, probe_tokens, progress, text_tokens))
     measured = map_jobs(_train_and_analyse, jobs, default_workers(p.device), desc="induction models", progress=progress,
                         threads=p.threads)
     models = {f"{obj}_L{L}": meas for (_, _, L, obj, *_), meas in zip(jobs, measured)}

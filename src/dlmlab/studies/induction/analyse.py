@@ -39,8 +39,13 @@ def lightly_masked(tokens: torch.Tensor, mask_id: int, rate: float = 0.15, seed:
 
 
 def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVocab, eval_tokens: torch.Tensor,
-                  probe_tokens: torch.Tensor, run_dir: Path | None, progress: bool) -> dict:
-    """Every measurement of one trained model -> JSON-able dict (tensors as nested lists)."""
+                  probe_tokens: torch.Tensor, run_dir: Path | None, progress: bool,
+                  text_tokens: torch.Tensor | None = None) -> dict:
+    """Every measurement of one trained model -> JSON-able dict (tensors as nested lists).
+
+    eval_tokens [B, T] repeated sequences; probe_tokens [B', T] held-out rows of the training mix;
+    text_tokens [B'', T] held-out text windows (head scores on text, as extra evidence).
+    """
     mid = vocab.mask_id
     model.eval()
     r: dict = {"objective": objective, "n_layers": len(model.blocks), "seq_len": int(eval_tokens.shape[1])}
@@ -66,6 +71,10 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         ablate_ref = induction.build_rows(eval_tokens, mid, "forward", "both", p.per_seq, seed=p.seed).noisy
     r["prev_token_scores"] = heads.previous_token_scores(model, head_input)
     r["next_token_scores"] = heads.next_token_scores(model, head_input)
+    if text_tokens is not None:
+        text_in = text_tokens if objective == "ar" else lightly_masked(text_tokens, mid, seed=p.seed)
+        r["prev_token_scores_text"] = heads.previous_token_scores(model, text_in)
+        r["next_token_scores_text"] = heads.next_token_scores(model, text_in)
     init = untrained_like(model, p, vocab, objective)  # control: the same shape at initialisation
     r["prev_token_scores_init"] = heads.previous_token_scores(init, head_input)
     r["next_token_scores_init"] = heads.next_token_scores(init, head_input)
@@ -117,6 +126,13 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
     if run_dir is not None:
         ev_tokens = eval_tokens[: max(8, eval_tokens.shape[0] // 2)]
         curve_metric = accuracy_fn(objective, ev_tokens, mid, max(1, p.per_seq // 2), p.seed)
-        curve = emergence.checkpoint_curve(model, run_dir, curve_metric, progress=progress)
-        r["emergence"] = {"curve": curve, **emergence.jump_step(curve)}
+        metrics = {"accuracy": curve_metric,
+                   "prev_layer0": lambda m: float(heads.previous_token_scores(m, head_input[:32])[0].max())}
+        if objective == "dlm":  # the claims' other quantities over training: what explains a failing claim
+            metrics["next_layer0"] = lambda m: float(heads.next_token_scores(m, head_input[:32])[0].max())
+            metrics["probe_r2_block0"] = lambda m: timestep.mask_rate_probe(
+                m, probe_tokens[:128], mid, seed=p.seed, t_range=(p.t_min, p.t_max)).r2[1]
+        curves = emergence.checkpoint_curves(model, run_dir, metrics, progress=progress)
+        r["emergence"] = {"curve": curves["accuracy"], **emergence.jump_step(curves["accuracy"]),
+                          "curves": {k: v for k, v in curves.items() if k != "accuracy"}}
     return r

@@ -90,6 +90,15 @@ def _best(row) -> tuple[int, float]:
     return h, float(row[h])
 
 
+def _peak(m: dict, name: str) -> tuple[float | None, int | None]:
+    """(largest value, its step) of a checkpoint curve of ``m["emergence"]["curves"]`` (None if absent)."""
+    curve = m.get("emergence", {}).get("curves", {}).get(name)
+    if not curve:
+        return None, None
+    step, val = max(curve, key=lambda sv: sv[1])
+    return val, step
+
+
 def prev_and_next_token_heads_in_layer0(models: dict, thr: float = 0.5) -> Claim:
     ev, ok = {"threshold": thr, "convention": "mean attention from position i to i-1 (i+1) over all rows and all "
               "queries that have that neighbour (T-1 of T; TransformerLens averages over all T queries, i.e. this "
@@ -101,6 +110,11 @@ def prev_and_next_token_heads_in_layer0(models: dict, thr: float = 0.5) -> Claim
         if "prev_token_scores_init" in m:
             ev[f"L{L}_init_best_prev"] = _best(m["prev_token_scores_init"][0])[1]
             ev[f"L{L}_init_best_next"] = _best(m["next_token_scores_init"][0])[1]
+        if "prev_token_scores_text" in m:
+            ev[f"L{L}_text_prev_score"] = _best(m["prev_token_scores_text"][0])[1]
+            ev[f"L{L}_text_next_score"] = _best(m["next_token_scores_text"][0])[1]
+        for name in ("prev", "next"):
+            ev[f"L{L}_peak_{name}_over_training"], ev[f"L{L}_peak_{name}_step"] = _peak(m, f"{name}_layer0")
         ok.append(sp >= thr and sn >= thr and hp != hn)
     return claim("prev_and_next_token_heads_in_layer0",
                  f"Layer 0 of every DLM (depth >= 2) has a previous-token head and a different next-token head "
@@ -134,6 +148,7 @@ def mask_rate_probe_r2(models: dict, thr: float = 0.8) -> Claim:
         ev[f"L{L}_t_range"] = pr.get("t_range")
         ev[f"L{L}_r2"], ev[f"L{L}_embed_r2"] = pr["r2"][1], pr["r2"][0]
         ev[f"L{L}_shuffled_label_r2"], ev[f"L{L}_pooled_r2"] = pr["r2_control"][1], pr["r2_pooled"][1]
+        ev[f"L{L}_peak_r2_over_training"], ev[f"L{L}_peak_r2_step"] = _peak(m, "probe_r2_block0")
         vals.append(pr["r2"][1])
         ok.append(pr["r2"][1] >= thr and pr["r2"][1] > pr["r2_control"][1])
     return claim("mask_rate_probe_r2",

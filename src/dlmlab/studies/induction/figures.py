@@ -86,8 +86,14 @@ def probe_figure(out: Path, models: dict[str, dict]) -> dict:
     return save_figure(fig, out, "probe_r2", "Held-out R^2 of the mask-rate probe per residual point (DLMs).")
 
 
+CURVE_LABELS = {"prev_layer0": "best layer-0 previous-token score", "next_layer0": "best layer-0 next-token score",
+                "probe_r2_block0": "mask-rate probe R^2 after block 0"}
+
+
 def emergence_figure(out: Path, models: dict[str, dict]) -> dict:
-    fig, axes = new_figure(width=5.0, height=3.4)
+    """Left: induction accuracy over checkpoints with the jump step; right panels: the other quantities."""
+    names = sorted({n for m in models.values() for n in m.get("emergence", {}).get("curves", {})})
+    fig, axes = new_figure(ncols=1 + len(names), width=4.6, height=3.4)
     ax = axes[0][0]
     for k, m in sorted(models.items()):
         if "emergence" not in m:
@@ -101,25 +107,36 @@ def emergence_figure(out: Path, models: dict[str, dict]) -> dict:
     ax.set_ylabel("forward induction accuracy")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=7)
+    for ax, n in zip(axes[0][1:], names):
+        for k, m in sorted(models.items()):
+            curve = m.get("emergence", {}).get("curves", {}).get(n)
+            if curve:
+                steps, vals = zip(*curve)
+                ax.plot(steps, vals, marker=".", label=k)
+        ax.set_xlabel("training step")
+        ax.set_title(CURVE_LABELS.get(n, n), fontsize=8)
+        ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
+        ax.legend(fontsize=7)
     return save_figure(fig, out, "emergence",
-                       "Forward induction accuracy over saved checkpoints (AR: left context, DLM: both sides); "
-                       "dotted: midpoint (jump) step.")
+                       "Over saved checkpoints: forward induction accuracy (AR: left context, DLM: both sides; dotted: "
+                       "midpoint (jump) step), and the best layer-0 previous/next-token scores and the mask-rate "
+                       "probe's R^2 after block 0.")
 
 
 def local_window_figure(out: Path, models: dict[str, dict]) -> dict:
     keys = [k for k in sorted(models) if "local_window" in models[k]]
     fig, axes = new_figure(width=max(4.0, 1.2 * len(keys)), height=3.2)
     ax = axes[0][0]
-    conds = ("none", "pm1", "pm2_only", "pm1_pm2")
+    conds = ("none", "pm1", "pm2_only", "pm1_pm2", "far2")
     x = np.arange(len(keys))
-    w = 0.2
+    w = 0.16
     for i, c in enumerate(conds):
-        ax.bar(x + (i - 1.5) * w, [models[k]["local_window"][c] for k in keys], w, label=c)
+        ax.bar(x + (i - 2) * w, [models[k]["local_window"][c] for k in keys], w, label=c)
     ax.set_xticks(x)
     ax.set_xticklabels(keys, fontsize=7)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("forward accuracy (both sides)")
     ax.legend(fontsize=7)
     return save_figure(fig, out, "local_window",
-                       "Local-window sensitivity: target alone vs +-1, only +-2, and +-1/+-2 neighbours also masked "
-                       "(low background mask rate).")
+                       "Local-window sensitivity: target alone vs +-1, only +-2, and +-1/+-2 neighbours also masked, "
+                       "and two far positions masked instead (the control); low background mask rate.")
