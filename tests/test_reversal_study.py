@@ -75,11 +75,36 @@ def test_real_data_pipeline(dataset):
     assert len(task.forward_test) == len(task.reverse_test) == n_items
     assert all(len(c) == 3 and 0 <= i < 3 for _, c, i in task.reverse_test)
     assert task.mask_id == task.vocab_size - 1 and task.pad_id == task.vocab_size - 2
-    real = run_real(cfg, seed=0, progress=False)
-    assert {(r["kind"], r["positions"]) for r in real["runs"]} == {("mdm", "rope"), ("arm", "rope")}
+    real = run_real(cfg, 0, progress=False)  # an int: MIN_SEEDS consecutive seeds from it
+    assert real["seeds"] == [0, 1, 2]
+    assert {(r["kind"], r["positions"], r["seed"]) for r in real["runs"]} == {
+        (k, "rope", s) for k in ("mdm", "arm") for s in (0, 1, 2)}
     for r in real["runs"]:
         assert 0 <= r["forward_acc"] <= 1 and 0 <= r["reverse_acc"] <= 1
     assert len(real_table(real).rows) == 2
-    assert real_claim(real).holds in (True, False)
+    c = real_claim(real)
+    assert c.holds in (True, False) and len(c.evidence["mdm_reverse_acc_rope"]) == 3
+    lo, hi = c.evidence["mdm_minus_arm_rope_ci95"]
+    assert lo <= c.evidence["mdm_minus_arm_rope"] <= hi and c.holds == (lo > 0)
     with pytest.raises(ConfigError, match="n_facts"):
         RealDataPreset(n_facts=31).validate()
+
+
+def _fake_real(mdm: list[float], arm: list[float]) -> dict:
+    runs = [{"kind": k, "positions": "rope", "seed": s, "reverse_acc": v, "reverse_acc_per_token": v,
+             "reverse_distinct_argmax": 3} for k, vals in (("mdm", mdm), ("arm", arm)) for s, v in enumerate(vals)]
+    return {"runs": runs, "seeds": list(range(len(mdm))), "chance": 0.1}
+
+
+def test_real_claim_needs_an_interval_above_zero():
+    from dlmlab.studies.reversal.real import real_claim, real_seeds
+
+    assert real_claim(_fake_real([0.4, 0.5, 0.45], [0.15, 0.2, 0.17])).holds is True
+    # one seed where the ARM wins: the interval reaches below 0, so the claim does not hold
+    c = real_claim(_fake_real([0.4, 0.1, 0.45], [0.15, 0.2, 0.17]))
+    assert c.holds is False and c.evidence["mdm_minus_arm_rope_ci95"][0] < 0
+    assert real_claim(_fake_real([0.1, 0.1, 0.1], [0.17, 0.15, 0.2])).holds is False
+    assert real_seeds([4, 7, 9]) == [4, 7, 9] and real_seeds(5) == [5, 6, 7]
+    for bad in ([0, 1], [1, 1, 2]):
+        with pytest.raises(ConfigError, match="at least 3 distinct seeds"):
+            real_seeds(bad)

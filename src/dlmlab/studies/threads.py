@@ -1,6 +1,10 @@
-"""CPU thread count for a study's small models.
+"""CPU thread count for a study's models: the same on every machine.
 
-Tiny models (d_model <= ``SMALL_D_MODEL``) run fastest on one torch thread: extra threads only add
+A CPU kernel's floating-point result depends on how many torch threads split its reductions (a
+matrix product on 1 and on 2 threads differs in the last bits, and training amplifies that), so a
+study's numbers must not use a thread count read from the machine.  Studies train on
+``STUDY_THREADS`` threads whatever the core count (more cores run more worker processes instead).
+One thread is also the fastest for the studies' tiny models: extra threads only add
 synchronisation, and on a shared or oversubscribed machine they spin and slow everything down.
 """
 
@@ -11,12 +15,15 @@ from typing import Iterator
 
 import torch
 
-SMALL_D_MODEL = 128
+STUDY_THREADS = 1
 
 
 def threads_for(d_model: int) -> int:
-    """1 thread for a small model, else 0 (= keep torch's current setting)."""
-    return 1 if d_model <= SMALL_D_MODEL else 0
+    """Torch CPU threads for training a model of width ``d_model``: ``STUDY_THREADS`` for every width, never
+    a count read from the machine (0, "use the cores", would make results depend on the machine)."""
+    if d_model < 1:
+        raise ValueError(f"d_model must be >= 1, got {d_model}")
+    return STUDY_THREADS
 
 
 @contextmanager
