@@ -196,3 +196,33 @@ def test_claims_fail_against_their_controls():
     s = _summary()
     s["arm/rope"]["values"]["rev_p"] = [0.7] * 3  # an ARM that transfers as well
     assert C.mdm_transfers_reverse(s, PES, KINDS).holds is False
+
+
+# ------------------------------------------------------------------------------------------ study wiring
+def test_tiny_study_with_multilayer_part(tmp_path, monkeypatch):
+    import json
+
+    from dlmlab.studies.reversal.presets import ReversalPreset
+    from dlmlab.studies.reversal.run import run_preset
+    from dlmlab.training import TrainConfig
+
+    monkeypatch.setenv("DLMLAB_WORKERS", "1")
+    cfg = ReversalPreset(task=PositionalTaskConfig(n_pairs=6, seq_len=12, distances=[1, 2], n_distractors=2),
+                         model=TransformerConfig(d_model=16, n_layers=1, n_heads=2),
+                         train=TrainConfig(steps=4, batch_size=8, log_every=2, schedule="constant"),
+                         positions=["learned", "rope", "alibi"], seeds=[0, 1], max_distance=5, device="cpu",
+                         multilayer=TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32))
+    cfg.validate()
+    res = run_preset(cfg, "tiny", tmp_path, progress=False)
+    data = json.loads((tmp_path / "results.json").read_text())
+    titles = [t["title"] for t in data["tables"]]
+    assert titles[0].startswith("Table 1") and titles[1].startswith("Table 2") and titles[2].startswith("Table 3")
+    assert "multi-layer part (2 layers)" in titles[3]
+    assert len(data["results"]["multilayer"]["runs"]) == 2 * 3 * 2
+    assert {c.id for c in res.claims} == {"arm_fails_reverse", "mdm_transfers_reverse", "pe_ordering",
+                                          "attention_correlation_positive", "gradient_alignment_positive"}
+    s = data["results"]["summary"]["mdm/rope"]
+    assert s["seeds"] == [0, 1] and set(s["ci"]["rev_p"]) == {"mean", "lo", "hi", "n"}
+    assert len(data["results"]["runs"]) == 12
+    with pytest.raises(ConfigError, match="one-layer"):
+        ReversalPreset(model=TransformerConfig(n_layers=2)).validate()
