@@ -80,15 +80,15 @@ class _FusedScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, dt, A, B, C, D, z, chunk: int):
         At = A.t().contiguous()
-        out, hck = load_extension().forward(u, dt, At, B, C, D, z, chunk, True)
-        ctx.save_for_backward(u, dt, At, B, C, D, z, hck)
+        out, hck, ys = load_extension().forward(u, dt, At, B, C, D, z, chunk, True)
+        ctx.save_for_backward(u, dt, At, B, C, D, z, ys, hck)
         ctx.chunk = chunk
         return out
 
     @staticmethod
     def backward(ctx, gout):
-        u, dt, At, B, C, D, z, hck = ctx.saved_tensors
-        gu, gdt, gAt, gB, gC, gD, gz = load_extension().backward(u, dt, At, B, C, D, z, gout.contiguous(), hck,
+        u, dt, At, B, C, D, z, ys, hck = ctx.saved_tensors
+        gu, gdt, gAt, gB, gC, gD, gz = load_extension().backward(u, dt, At, B, C, D, z, ys, gout.contiguous(), hck,
                                                                    ctx.chunk)
         return gu, gdt, gAt.t(), gB, gC, gD, (gz if z.numel() else None), None
 

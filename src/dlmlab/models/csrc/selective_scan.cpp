@@ -65,8 +65,22 @@ inline Dims dims_of(const at::Tensor& u, const at::Tensor& At, int64_t chunk) {
 
 // Copy W channels starting at d0 (wn of them valid) into a zero-padded local vector.
 template <typename T>
-inline void load_lanes(T* dst, const T* src, int64_t wn) {
-  for (int w = 0; w < W; ++w) dst[w] = w < wn ? src[w] : T(0);
+inline void load_lanes(T* __restrict__ dst, const T* __restrict__ src, int64_t wn) {
+  if (wn == W) {
+    for (int w = 0; w < W; ++w) dst[w] = src[w];
+  } else {
+    for (int w = 0; w < W; ++w) dst[w] = w < wn ? src[w] : T(0);
+  }
+}
+
+// Store the first wn of W lanes.
+template <typename T>
+inline void store_lanes(T* __restrict__ dst, const T* __restrict__ src, int64_t wn) {
+  if (wn == W) {
+    for (int w = 0; w < W; ++w) dst[w] = src[w];
+  } else {
+    for (int w = 0; w < wn; ++w) dst[w] = src[w];
+  }
 }
 
 // Sum each row of p [N][W] over its W lanes with a fixed pairwise tree; row sums end in p[n*W].
@@ -77,22 +91,38 @@ inline void tree_sum_rows(T* p, int64_t N) {
       for (int w = 0; w < half; ++w) p[n * W + w] += p[n * W + w + half];
 }
 
-// Inputs shared by forward and backward (z may be null: no gate).
+// Inputs shared by forward and backward.
 template <typename T>
 struct In {
-  const T *u, *dt, *At, *B, *C, *D, *z;
+  const T *u, *dt, *At, *B, *C, *D;
 };
 
-// Per-lane epilogue: ys = y + D u, out = ys * silu(z) (or ys without z).
 template <typename T>
 inline T sigmoid(T z) { return T(1) / (T(1) + sexp<T>(-z)); }
+
+// out = ys * silu(z) on [lo, hi) (contiguous sweeps, vectorised; out may be ys).
+template <typename T>
+void gate(const T* z, const T* ys, T* out, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = ys[i] * (z[i] * sigmoid<T>(z[i]));
+}
+
+// Backward of out = ys * silu(z) on [lo, hi): gz, and gys (the gradient the scan receives).
+template <typename T>
+void gate_backward(const T* __restrict__ z, const T* __restrict__ ys, const T* __restrict__ gout,
+                   T* __restrict__ gz, T* __restrict__ gys, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const T sg = sigmoid<T>(z[i]);
+    gz[i] = gout[i] * ys[i] * sg * (T(1) + z[i] * (T(1) - sg));
+    gys[i] = gout[i] * (z[i] * sg);
+  }
+}
 
 template <typename T>
 void forward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, T* out, T* hck) {
   const int64_t N = s.N, Di = s.Di, d0 = blk * W, wn = std::min<int64_t>(W, Di - d0);
   std::vector<T> h(N * W, T(0)), a(N * W, T(0));
   for (int64_t n = 0; n < N; ++n) load_lanes(&a[n * W], in.At + n * Di + d0, wn);
-  alignas(64) T xdt[W], xu[W], x[W], yv[W], dv[W], zv[W];
+  alignas(64) T xdt[W], xu[W], x[W], yv[W], dv[W];
   load_lanes(dv, in.D + d0, wn);
   for (int64_t t = 0; t < s.T; ++t) {
     if (hck && t % s.chunk == 0) {
@@ -118,37 +148,33 @@ void forward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, T* out
       }
     }
     for (int w = 0; w < W; ++w) yv[w] = yv[w] + dv[w] * xu[w];
-    if (in.z) {
-      load_lanes(zv, in.z + row, wn);
-      for (int w = 0; w < W; ++w) yv[w] = yv[w] * (zv[w] * sigmoid<T>(zv[w]));
-    }
-    for (int w = 0; w < wn; ++w) out[row + w] = yv[w];
+    store_lanes(out + row, yv, wn);
   }
 }
 
-// Gradient outputs: gu, gdt, gz [Bs,T,Di]; gB, gC [Bs,T,N]; per-batch partial sums gA_part [Bs,N,Di]
+// Gradient outputs: gu, gdt [Bs,T,Di]; gB, gC [Bs,T,N]; per-batch partial sums gA_part [Bs,N,Di]
 // and gD_part [Bs,Di], reduced over the batch afterwards in a fixed order.
 template <typename T>
 struct Grads {
-  T *gu, *gdt, *gz, *gB, *gC, *gA_part, *gD_part;
+  T *gu, *gdt, *gB, *gC, *gA_part, *gD_part;
 };
 
-// The backward of batch row b, all channels.  Time runs backwards chunk by chunk; inside a chunk
+// The backward of batch row b, all channels, given gys = dL/d(y + D u).  Time runs backwards chunk by chunk; inside a chunk
 // every channel block recomputes its states from its checkpoint and runs the adjoint
 // recurrence, adding its share of dB_t, dC_t into accB / accC [L][N][W] (blocks in order), which
 // are summed over the W lanes once per chunk.
 template <typename T>
-void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gout, const T* hck, const Grads<T>& g) {
+void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gys, const T* hck, const Grads<T>& g) {
   const int64_t N = s.N, Di = s.Di, L = s.chunk, NW = N * W, nblk = s.nblk;
   std::vector<T> a(nblk * NW, T(0)), carry(nblk * NW, T(0)), gA(nblk * NW, T(0));
   std::vector<T> dv(nblk * W, T(0)), gD(nblk * W, T(0));
-  std::vector<T> H((L + 1) * NW), E(L * NW), xdt(L * W), xu(L * W), Y(L * W), accB(L * NW), accC(L * NW);
+  std::vector<T> H((L + 1) * NW), E(L * NW), xdt(L * W), xu(L * W), accB(L * NW), accC(L * NW);
   for (int64_t k = 0; k < nblk; ++k) {
     const int64_t d0 = k * W, wn = std::min<int64_t>(W, Di - d0);
     for (int64_t n = 0; n < N; ++n) load_lanes(&a[k * NW + n * W], in.At + n * Di + d0, wn);
     load_lanes(&dv[k * W], in.D + d0, wn);
   }
-  alignas(64) T x[W], gyv[W], gx[W], gdtA[W], zv[W], gzv[W];
+  alignas(64) T x[W], gyv[W], gx[W], gdtA[W];
   for (int64_t c = s.nck - 1; c >= 0; --c) {
     const int64_t t0 = c * L, len = std::min(L, s.T - t0);
     std::fill(accB.begin(), accB.end(), T(0));
@@ -159,18 +185,16 @@ void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gout, co
       const T* dk = &dv[k * W];
       const T* src = hck + ((b * s.nck + c) * N) * Di + d0;
       for (int64_t n = 0; n < N; ++n) load_lanes(&H[n * W], src + n * Di, wn);
-      for (int64_t i = 0; i < len; ++i) {  // recompute the chunk's states, exp(dt A) and y
+      for (int64_t i = 0; i < len; ++i) {  // recompute the chunk's states and exp(dt A)
         const int64_t row = (b * s.T + t0 + i) * Di + d0;
         T* xd = &xdt[i * W];
         T* xv = &xu[i * W];
-        T* yv = &Y[i * W];
         load_lanes(xd, in.dt + row, wn);
         load_lanes(xv, in.u + row, wn);
-        for (int w = 0; w < W; ++w) { x[w] = xd[w] * xv[w]; yv[w] = T(0); }
+        for (int w = 0; w < W; ++w) x[w] = xd[w] * xv[w];
         const T* Bt = in.B + (b * s.T + t0 + i) * N;
-        const T* Ct = in.C + (b * s.T + t0 + i) * N;
         for (int64_t n = 0; n < N; ++n) {
-          const T bn = Bt[n], cn = Ct[n];
+          const T bn = Bt[n];
           const T* hp = &H[i * NW + n * W];
           T* hn = &H[(i + 1) * NW + n * W];
           T* en = &E[i * NW + n * W];
@@ -179,9 +203,7 @@ void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gout, co
           for (int w = 0; w < W; ++w) {
             T e = sexp<T>(xd[w] * an[w]);
             en[w] = e;
-            T hv = e * hp[w] + x[w] * bn;
-            hn[w] = hv;
-            yv[w] += cn * hv;
+            hn[w] = e * hp[w] + x[w] * bn;
           }
         }
       }
@@ -189,16 +211,7 @@ void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gout, co
         const int64_t t = t0 + i, row = (b * s.T + t) * Di + d0;
         const T* xd = &xdt[i * W];
         const T* xv = &xu[i * W];
-        load_lanes(gyv, gout + row, wn);
-        if (in.z) {  // through out = (y + D u) * silu(z)
-          load_lanes(zv, in.z + row, wn);
-          for (int w = 0; w < W; ++w) {
-            T sg = sigmoid<T>(zv[w]), ys = Y[i * W + w] + dk[w] * xv[w];
-            gzv[w] = gyv[w] * ys * sg * (T(1) + zv[w] * (T(1) - sg));
-            gyv[w] = gyv[w] * (zv[w] * sg);
-          }
-          for (int w = 0; w < wn; ++w) g.gz[row + w] = gzv[w];
-        }
+        load_lanes(gyv, gys + row, wn);
         T* gDk = &gD[k * W];
         for (int w = 0; w < W; ++w) {
           x[w] = xd[w] * xv[w]; gx[w] = T(0); gdtA[w] = T(0);
@@ -228,10 +241,12 @@ void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gout, co
             cr[w] = en[w] * gh;
           }
         }
-        for (int w = 0; w < wn; ++w) {
-          g.gu[row + w] = gx[w] * xd[w] + gyv[w] * dk[w];
-          g.gdt[row + w] = gdtA[w] + gx[w] * xv[w];
+        for (int w = 0; w < W; ++w) {
+          gdtA[w] = gdtA[w] + gx[w] * xv[w];      // d/d dt
+          gx[w] = gx[w] * xd[w] + gyv[w] * dk[w];  // d/du
         }
+        store_lanes(g.gu + row, gx, wn);
+        store_lanes(g.gdt + row, gdtA, wn);
       }
     }
     tree_sum_rows(accB.data(), len * N);
@@ -259,9 +274,8 @@ void check_inputs(const std::vector<at::Tensor>& ts) {
 
 template <typename T>
 In<T> inputs_of(const at::Tensor& u, const at::Tensor& dt, const at::Tensor& At, const at::Tensor& B,
-                const at::Tensor& C, const at::Tensor& D, const at::Tensor& z) {
-  return {u.data_ptr<T>(), dt.data_ptr<T>(), At.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(), D.data_ptr<T>(),
-          z.numel() ? z.data_ptr<T>() : nullptr};
+                const at::Tensor& C, const at::Tensor& D) {
+  return {u.data_ptr<T>(), dt.data_ptr<T>(), At.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(), D.data_ptr<T>()};
 }
 
 // out[i] = sum_k part[k][i] over k in 0..K-1 in order, for i in 0..M-1, parts [outer][K][M].
@@ -280,41 +294,58 @@ void fixed_order_sum(const T* part, T* out, int64_t outer, int64_t K, int64_t M)
 }  // namespace
 
 // Forward.  u, dt, z [Bs,T,Di] (z empty: no gate), At [N,Di], B, C [Bs,T,N], D [Di].
-// Returns (out [Bs,T,Di], checkpoints [Bs,nck,N,Di] or an empty tensor without keep).
+// Returns (out [Bs,T,Di], checkpoints [Bs,nck,N,Di], ys = y + D u [Bs,T,Di]); with keep false the
+// checkpoints, and without z or keep ys, are empty tensors.
 std::vector<at::Tensor> scan_forward(at::Tensor u, at::Tensor dt, at::Tensor At, at::Tensor B, at::Tensor C,
                                      at::Tensor D, at::Tensor z, int64_t chunk, bool keep) {
   check_inputs({u, dt, At, B, C, D, z});
   TORCH_CHECK(chunk >= 1, "chunk must be >= 1");
   const Dims s = dims_of(u, At, chunk);
+  const bool gated = z.numel() > 0;
   auto out = at::empty_like(u);
+  auto ys = gated && keep ? at::empty_like(u) : at::empty({0}, u.options());
   auto hck = keep ? at::empty({s.Bs, s.nck, s.N, s.Di}, u.options()) : at::empty({0}, u.options());
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "fused_scan_forward", [&] {
-    const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D, z);
+    const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D);
     scalar_t *po = out.data_ptr<scalar_t>(), *ph = keep ? hck.data_ptr<scalar_t>() : nullptr;
+    scalar_t* py = ys.numel() ? ys.data_ptr<scalar_t>() : po;
     at::parallel_for(0, s.Bs * s.nblk, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) forward_item<scalar_t>(s, i / s.nblk, i % s.nblk, in, po, ph);
+      for (int64_t i = lo; i < hi; ++i) forward_item<scalar_t>(s, i / s.nblk, i % s.nblk, in, py, ph);
     });
+    if (gated) {
+      const scalar_t* pz = z.data_ptr<scalar_t>();
+      at::parallel_for(0, u.numel(), 16384, [&](int64_t lo, int64_t hi) { gate(pz, py, po, lo, hi); });
+    }
   });
-  return {out, hck};
+  return {out, hck, ys};
 }
 
-// Backward.  Returns (gu, gdt [Bs,T,Di], gAt [N,Di], gB, gC [Bs,T,N], gD [Di], gz [Bs,T,Di] or empty).
+// Backward.  ys: as returned by the forward.  Returns (gu, gdt [Bs,T,Di], gAt [N,Di], gB, gC [Bs,T,N],
+// gD [Di], gz [Bs,T,Di] or empty).
 std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At, at::Tensor B, at::Tensor C,
-                                      at::Tensor D, at::Tensor z, at::Tensor gout, at::Tensor hck, int64_t chunk) {
-  check_inputs({u, dt, At, B, C, D, z, gout, hck});
+                                      at::Tensor D, at::Tensor z, at::Tensor ys, at::Tensor gout, at::Tensor hck,
+                                      int64_t chunk) {
+  check_inputs({u, dt, At, B, C, D, z, ys, gout, hck});
   const Dims s = dims_of(u, At, chunk);
+  const bool gated = z.numel() > 0;
   auto gu = at::empty_like(u), gdt = at::empty_like(u), gz = at::empty_like(z);
+  auto gys = gated ? at::empty_like(u) : gout;
   auto gA_part = at::empty({s.Bs, s.N, s.Di}, u.options());
   auto gD_part = at::empty({s.Bs, s.Di}, u.options());
   auto gAt = at::empty_like(At), gB = at::empty_like(B), gC = at::empty_like(C), gD = at::empty_like(D);
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "fused_scan_backward", [&] {
-    const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D, z);
-    const Grads<scalar_t> g{gu.data_ptr<scalar_t>(), gdt.data_ptr<scalar_t>(),
-                            z.numel() ? gz.data_ptr<scalar_t>() : nullptr, gB.data_ptr<scalar_t>(),
+    const auto in = inputs_of<scalar_t>(u, dt, At, B, C, D);
+    if (gated) {
+      const scalar_t *pz = z.data_ptr<scalar_t>(), *py = ys.data_ptr<scalar_t>(), *pg = gout.data_ptr<scalar_t>();
+      scalar_t *pgz = gz.data_ptr<scalar_t>(), *pgy = gys.data_ptr<scalar_t>();
+      at::parallel_for(0, u.numel(), 16384,
+                       [&](int64_t lo, int64_t hi) { gate_backward(pz, py, pg, pgz, pgy, lo, hi); });
+    }
+    const Grads<scalar_t> g{gu.data_ptr<scalar_t>(), gdt.data_ptr<scalar_t>(), gB.data_ptr<scalar_t>(),
                             gC.data_ptr<scalar_t>(), gA_part.data_ptr<scalar_t>(), gD_part.data_ptr<scalar_t>()};
-    const scalar_t *pg = gout.data_ptr<scalar_t>(), *ph = hck.data_ptr<scalar_t>();
+    const scalar_t *pgy = gys.data_ptr<scalar_t>(), *ph = hck.data_ptr<scalar_t>();
     at::parallel_for(0, s.Bs, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t b = lo; b < hi; ++b) backward_batch<scalar_t>(s, b, in, pg, ph, g);
+      for (int64_t b = lo; b < hi; ++b) backward_batch<scalar_t>(s, b, in, pgy, ph, g);
     });
     // fixed-order reductions over the batch
     fixed_order_sum(g.gA_part, gAt.data_ptr<scalar_t>(), 1, s.Bs, s.N * s.Di);
@@ -326,6 +357,6 @@ std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At
 TORCH_LIBRARY(dlmlab_fused_scan, m) {
   m.def("forward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, int chunk, bool keep)"
         " -> Tensor[]", &scan_forward);
-  m.def("backward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, Tensor gout,"
-        " Tensor hck, int chunk) -> Tensor[]", &scan_backward);
+  m.def("backward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, Tensor ys,"
+        " Tensor gout, Tensor hck, int chunk) -> Tensor[]", &scan_backward);
 }
