@@ -123,7 +123,7 @@ def _tables(models: dict) -> list[Table]:
                [[k, models[k]["emergence"]["midpoint_step"], models[k]["emergence"]["largest_increase_step"],
                  models[k]["emergence"]["largest_increase"], models[k]["emergence"]["final"]]
                 for k in keys if "emergence" in models[k]])
-    tr = Table("Training", ["model", "final loss", "train seconds"],
+    tr = Table("Training", ["model", "final loss", "train seconds (this invocation; ~0 when a finished run is reused)"],
                [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
     return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr]
 

@@ -90,37 +90,38 @@ CURVE_LABELS = {"prev_layer0": "best layer-0 previous-token score", "next_layer0
                 "probe_r2_block0": "mask-rate probe R^2 after block 0"}
 
 
-def emergence_figure(out: Path, models: dict[str, dict]) -> dict:
-    """Left: induction accuracy over checkpoints with the jump step; right panels: the other quantities."""
-    names = sorted({n for m in models.values() for n in m.get("emergence", {}).get("curves", {})})
+def emergence_figure(out: Path, models: dict[str, dict], min_rise: float = 0.2) -> dict:
+    """Left: induction accuracy over checkpoints with the jump step (marked where the curve rises by >= ``min_rise``);
+    right panels: the other quantities.  One colour per model in every panel."""
+    keys = sorted(k for k in models if "emergence" in models[k])
+    colour = {k: f"C{i}" for i, k in enumerate(keys)}
+    names = sorted({n for k in keys for n in models[k]["emergence"].get("curves", {})})
     fig, axes = new_figure(ncols=1 + len(names), width=4.6, height=3.4)
     ax = axes[0][0]
-    for k, m in sorted(models.items()):
-        if "emergence" not in m:
-            continue
-        steps, vals = zip(*m["emergence"]["curve"])
-        line, = ax.plot(steps, vals, marker=".", label=k)
-        js = m["emergence"]["midpoint_step"]
-        if js is not None:
-            ax.axvline(js, color=line.get_color(), ls=":", lw=0.8)
+    for k in keys:
+        e = models[k]["emergence"]
+        steps, vals = zip(*e["curve"])
+        ax.plot(steps, vals, marker=".", color=colour[k], label=k)
+        if e["midpoint_step"] is not None and e["max"] - e["start"] >= min_rise:
+            ax.axvline(e["midpoint_step"], color=colour[k], ls=":", lw=0.8)
     ax.set_xlabel("training step")
     ax.set_ylabel("forward induction accuracy")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=7)
     for ax, n in zip(axes[0][1:], names):
-        for k, m in sorted(models.items()):
-            curve = m.get("emergence", {}).get("curves", {}).get(n)
+        for k in keys:
+            curve = models[k]["emergence"].get("curves", {}).get(n)
             if curve:
                 steps, vals = zip(*curve)
-                ax.plot(steps, vals, marker=".", label=k)
+                ax.plot(steps, vals, marker=".", color=colour[k], label=k)
         ax.set_xlabel("training step")
         ax.set_title(CURVE_LABELS.get(n, n), fontsize=8)
         ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
         ax.legend(fontsize=7)
     return save_figure(fig, out, "emergence",
                        "Over saved checkpoints: forward induction accuracy (AR: left context, DLM: both sides; dotted: "
-                       "midpoint (jump) step), and the best layer-0 previous/next-token scores and the mask-rate "
-                       "probe's R^2 after block 0.")
+                       f"midpoint (jump) step, where the curve rises by >= {min_rise}), and the best layer-0 "
+                       "previous/next-token scores and the mask-rate probe's R^2 after block 0.")
 
 
 def local_window_figure(out: Path, models: dict[str, dict]) -> dict:
