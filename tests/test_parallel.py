@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from dlmlab.studies import load_study
 from dlmlab.studies.parallel import ENV_WORKERS, default_workers, map_jobs
@@ -51,32 +52,76 @@ def test_default_workers_reads_the_environment(monkeypatch):
     assert default_workers("cuda:0") == 1  # one GPU: the jobs take turns on it
 
 
-def _smoke_on_1_and_2_workers(name: str, tmp_path, monkeypatch) -> dict:
-    """{"1": results.json, "2": results.json} of the study's smoke preset run on 1 and on 2 workers."""
-    out = {}
-    for workers in ("1", "2"):
-        monkeypatch.setenv(ENV_WORKERS, workers)
-        load_study(name).run("smoke", tmp_path / workers, progress=False)
-        out[workers] = json.loads((tmp_path / workers / "results.json").read_text())
-    return out
+# wall-clock measurements: the only part of a study's results.json allowed to differ between runs
+WALL_CLOCK_KEYS = {"seconds", "wall_time_s", "train_time_s", "analysis_time_s", "speed", "environment"}
+WALL_CLOCK_CLAIMS = {"few_step_sampling_faster_than_ar"}
+WALL_CLOCK_COLUMNS = ("tokens/s", "speed", "seconds", "time")
 
 
-def test_induction_study_gives_the_same_results_on_two_workers(tmp_path, monkeypatch):
-    out = _smoke_on_1_and_2_workers("induction", tmp_path, monkeypatch)
-    one, two = out["1"]["results"]["models"], out["2"]["results"]["models"]
-    assert set(one) == set(two)
-    for key, m in one.items():
-        for run in (m, two[key]):
-            del run["train"]["seconds"]  # wall time differs; every measurement must not
-        assert two[key] == m, key
-    assert [c["holds"] for c in out["2"]["claims"]] == [c["holds"] for c in out["1"]["claims"]]
+def without_wall_clock(x):
+    """A results.json (or part of it) without its wall-clock fields: WALL_CLOCK_KEYS at any depth, the speed
+    claims, and table columns named like WALL_CLOCK_COLUMNS."""
+    if isinstance(x, list):
+        return [without_wall_clock(v) for v in x if not (isinstance(v, dict) and v.get("id") in WALL_CLOCK_CLAIMS)]
+    if not isinstance(x, dict):
+        return x
+    if {"columns", "rows"} <= set(x):
+        keep = [i for i, c in enumerate(x["columns"]) if not any(w in str(c).lower() for w in WALL_CLOCK_COLUMNS)]
+        x = {**x, "columns": [x["columns"][i] for i in keep], "rows": [[r[i] for i in keep] for r in x["rows"]]}
+    return {k: without_wall_clock(v) for k, v in x.items() if k not in WALL_CLOCK_KEYS}
 
 
-def test_prediff_adaptations_on_two_workers_match_one(tmp_path, monkeypatch):
-    """The adapted models travel to the workers and back through their checkpoints unchanged."""
-    out = {k: r["results"] for k, r in _smoke_on_1_and_2_workers("prediff", tmp_path, monkeypatch).items()}
-    for name, m in out["1"]["methods"].items():
-        m2 = out["2"]["methods"][name]
-        assert (m2["val_nll"], m2["curve"]) == (m["val_nll"], m["curve"]), name
-    strip = lambda s: {k: {m: v for m, v in d.items() if m != "mauve"} for k, d in s.items()}  # noqa: E731
-    assert strip(out["2"]["samples"]) == strip(out["1"]["samples"])
+def smoke_results(name: str, out, workers: str, monkeypatch) -> dict:
+    """results.json of the study's smoke preset run here on ``workers`` worker processes, wall clock removed."""
+    monkeypatch.setenv(ENV_WORKERS, workers)
+    load_study(name).run("smoke", out, progress=False)
+    return without_wall_clock(json.loads((out / "results.json").read_text()))
+
+
+def assert_same_results(a: dict, b: dict, where: str = "") -> None:
+    """Equal, or an error naming the first differing path."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), f"{where}: keys {sorted(set(a) ^ set(b))}"
+        for k in a:
+            assert_same_results(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{where}: lengths {len(a)} != {len(b)}"
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert_same_results(u, v, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def test_without_wall_clock_keeps_every_measurement():
+    res = {"wall_time_s": 3.0, "results": {"m": {"acc": 0.5, "train": {"seconds": 2.0, "loss": 1.0}}, "speed": {}},
+           "tables": [{"title": "t", "columns": ["model", "acc", "tokens/s"], "rows": [["a", 0.5, 99.0]]}],
+           "claims": [{"id": "few_step_sampling_faster_than_ar", "holds": True}, {"id": "x", "holds": False}]}
+    assert without_wall_clock(res) == {"results": {"m": {"acc": 0.5, "train": {"loss": 1.0}}},
+                                       "tables": [{"title": "t", "columns": ["model", "acc"], "rows": [["a", 0.5]]}],
+                                       "claims": [{"id": "x", "holds": False}]}
+
+
+SMOKE_STUDIES = ["induction", "reversal", "state", "prediff"]
+
+
+@pytest.mark.parametrize("name", SMOKE_STUDIES)
+def test_smoke_study_gives_the_same_results_on_one_and_two_workers(name, tmp_path, monkeypatch):
+    """Every job seeds itself and trains on the same fixed thread count, so the worker count changes nothing
+    but the wall clock (the adapted PreDiff models also travel back through their checkpoints unchanged)."""
+    one = smoke_results(name, tmp_path / "1", "1", monkeypatch)
+    assert_same_results(one, smoke_results(name, tmp_path / "2", "2", monkeypatch), name)
+
+
+@pytest.mark.parametrize("name", SMOKE_STUDIES)
+def test_smoke_study_gives_the_same_results_whatever_the_callers_thread_count(name, tmp_path, monkeypatch):
+    """A study trains on dlmlab.studies.threads.STUDY_THREADS, not on the thread count it is called with
+    (which is the machine's core count outside the tests)."""
+    before = torch.get_num_threads()
+    try:
+        out = {}
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            out[n] = smoke_results(name, tmp_path / str(n), "1", monkeypatch)
+    finally:
+        torch.set_num_threads(before)
+    assert_same_results(out[1], out[2], name)
