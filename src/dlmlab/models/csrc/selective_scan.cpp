@@ -354,9 +354,105 @@ std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At
   return {gu, gdt, gAt, gB, gC, gD, gz};
 }
 
+// ---- causal depthwise Conv1D + SiLU in the [Bs,T,Di] layout (the Mamba block's input to the scan) ----
+// pre[b,t,d] = bias[d] + sum_k w[d,k] x[b, t-K+1+k, d] (x = 0 before t = 0), u = silu(pre).
+// x may have a row stride (e.g. a half of in_proj's output); wt = w^T [K,Di], bias [Di].
+
+namespace {
+
+// pre for one (b, t) row into p [Di].
+template <typename T>
+inline void conv_row(const T* x, int64_t sx, const T* w, const T* bias, int64_t Di, int64_t K, int64_t t, T* p) {
+  for (int64_t d = 0; d < Di; ++d) p[d] = bias[d];
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t ts = t - K + 1 + k;
+    if (ts < 0) continue;
+    const T* xr = x + ts * sx;
+    for (int64_t d = 0; d < Di; ++d) p[d] += w[k * Di + d] * xr[d];
+  }
+}
+
+}  // namespace
+
+// Forward: u [Bs,T,Di] (contiguous).
+at::Tensor conv_silu_forward(at::Tensor x, at::Tensor w, at::Tensor bias) {
+  TORCH_CHECK(x.dim() == 3 && x.stride(2) == 1, "conv_silu: x must be [Bs,T,Di] with contiguous rows");
+  check_inputs({w, bias});
+  const int64_t Bs = x.size(0), T = x.size(1), Di = x.size(2), K = w.size(0);
+  auto u = at::empty({Bs, T, Di}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv_silu_forward", [&] {
+    const scalar_t *px = x.data_ptr<scalar_t>(), *pw = w.data_ptr<scalar_t>(), *pb = bias.data_ptr<scalar_t>();
+    scalar_t* pu = u.data_ptr<scalar_t>();
+    const int64_t sb = x.stride(0), sx = x.stride(1);
+    at::parallel_for(0, Bs * T, 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t b = i / T, t = i % T;
+        scalar_t* p = pu + i * Di;
+        conv_row(px + b * sb, sx, pw, pb, Di, K, t, p);
+        for (int64_t d = 0; d < Di; ++d) p[d] = p[d] * sigmoid<scalar_t>(p[d]);
+      }
+    });
+  });
+  return u;
+}
+
+// Backward: (gx [Bs,T,Di], [gwt; gbias] [K+1,Di]); the sums over (b, t) are per batch row, then in order.
+std::vector<at::Tensor> conv_silu_backward(at::Tensor x, at::Tensor w, at::Tensor bias, at::Tensor gu) {
+  TORCH_CHECK(x.dim() == 3 && x.stride(2) == 1, "conv_silu: x must be [Bs,T,Di] with contiguous rows");
+  check_inputs({w, bias, gu});
+  const int64_t Bs = x.size(0), T = x.size(1), Di = x.size(2), K = w.size(0);
+  auto gx = at::empty({Bs, T, Di}, x.options());
+  auto gpart = at::empty({Bs, K + 1, Di}, x.options());  // per batch row: gwt [K,Di] and gbias
+  auto gsum = at::empty({K + 1, Di}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv_silu_backward", [&] {
+    const scalar_t *px = x.data_ptr<scalar_t>(), *pw = w.data_ptr<scalar_t>(), *pb = bias.data_ptr<scalar_t>(),
+                   *pgu = gu.data_ptr<scalar_t>();
+    scalar_t *pgx = gx.data_ptr<scalar_t>(), *pgp = gpart.data_ptr<scalar_t>();
+    const int64_t sb = x.stride(0), sx = x.stride(1);
+    at::parallel_for(0, Bs, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<scalar_t> gpre(T * Di), acc(Di * (K + 1));
+      for (int64_t b = lo; b < hi; ++b) {
+        const scalar_t* xb = px + b * sb;
+        std::fill(acc.begin(), acc.end(), scalar_t(0));
+        for (int64_t t = 0; t < T; ++t) {  // gpre = gu * silu'(pre)
+          scalar_t* g = &gpre[t * Di];
+          conv_row(xb, sx, pw, pb, Di, K, t, g);
+          const scalar_t* gut = pgu + (b * T + t) * Di;
+          for (int64_t d = 0; d < Di; ++d) {
+            const scalar_t sg = sigmoid<scalar_t>(g[d]);
+            g[d] = gut[d] * sg * (scalar_t(1) + g[d] * (scalar_t(1) - sg));
+          }
+          for (int64_t k = 0; k < K; ++k) {  // gw[d,k] += gpre[t] x[t-K+1+k]
+            const int64_t ts = t - K + 1 + k;
+            if (ts < 0) continue;
+            const scalar_t* xr = xb + ts * sx;
+            for (int64_t d = 0; d < Di; ++d) acc[k * Di + d] += g[d] * xr[d];
+          }
+          for (int64_t d = 0; d < Di; ++d) acc[K * Di + d] += g[d];
+        }
+        for (int64_t t = 0; t < T; ++t) {  // gx[t] = sum_k w[k] gpre[t+K-1-k]
+          scalar_t* gxt = pgx + (b * T + t) * Di;
+          for (int64_t d = 0; d < Di; ++d) gxt[d] = scalar_t(0);
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t tt = t + K - 1 - k;
+            if (tt >= T) continue;
+            const scalar_t* g = &gpre[tt * Di];
+            for (int64_t d = 0; d < Di; ++d) gxt[d] += pw[k * Di + d] * g[d];
+          }
+        }
+        std::copy(acc.begin(), acc.end(), pgp + b * (K + 1) * Di);
+      }
+    });
+    fixed_order_sum(pgp, gsum.data_ptr<scalar_t>(), 1, Bs, (K + 1) * Di);
+  });
+  return {gx, gsum};
+}
+
 TORCH_LIBRARY(dlmlab_fused_scan, m) {
   m.def("forward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, int chunk, bool keep)"
         " -> Tensor[]", &scan_forward);
   m.def("backward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, Tensor ys,"
         " Tensor gout, Tensor hck, int chunk) -> Tensor[]", &scan_backward);
+  m.def("conv_silu_forward(Tensor x, Tensor wt, Tensor bias) -> Tensor", &conv_silu_forward);
+  m.def("conv_silu_backward(Tensor x, Tensor wt, Tensor bias, Tensor gu) -> Tensor[]", &conv_silu_backward);
 }
