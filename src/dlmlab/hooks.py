@@ -14,17 +14,24 @@ slower path that materialises an activation only when someone looks at it
 * ``add(values)``     -> add a tensor (broadcast) at points.
 
 ``names`` is ``None`` (all), a list of exact names / ``fnmatch`` globs, or a
-predicate ``name -> bool``.  Hooks are always removed on exit, also on error.
+predicate ``name -> bool``.  Every name or glob must match at least one hook point,
+else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
+closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
+activation's device and dtype.  Hooks are always removed on exit, also on error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fnmatch
+import re
 from typing import Callable, Iterable, Iterator, Mapping, Union
 
 import torch
 from torch import nn
+
+from dlmlab.errors import UserError
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
 NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
@@ -62,6 +69,37 @@ class HookPoint(nn.Module):
         return self.name
 
 
+class UnknownHookPoint(UserError, KeyError):
+    """A hook name or glob that matches no hook point of the model."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+def _patterns(names: NameFilter) -> list[str] | None:
+    """The explicit names / globs in ``names`` (None for "all" or a predicate)."""
+    if names is None or callable(names):
+        return None
+    if isinstance(names, str):
+        return [names]
+    patterns = list(names)
+    for p in patterns:
+        if not isinstance(p, str):
+            raise TypeError(f"hook names must be strings (names or fnmatch globs), got {type(p).__name__} {p!r}")
+    return patterns
+
+
+def _unknown(pattern: str, known: list[str]) -> UnknownHookPoint:
+    candidates = known
+    if any(c in pattern for c in "*?["):  # a glob: compare it with the names written as globs (digits -> *)
+        candidates = list(dict.fromkeys(re.sub(r"\d+", "*", n) for n in known)) + known
+    close = difflib.get_close_matches(pattern, candidates, n=4, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    some = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+    return UnknownHookPoint(f"no hook point matches {pattern!r}{hint} (the model's {len(known)} points "
+                            f"include {some}; see model.hook_points)")
+
+
 def _matcher(names: NameFilter) -> Callable[[str], bool]:
     if names is None:
         return lambda n: True
@@ -91,14 +129,17 @@ class HookedModule(nn.Module):
         return dict(self._hook_points)
 
     def select_hooks(self, names: NameFilter) -> dict[str, HookPoint]:
+        """The hook points ``names`` chooses; raises :class:`UnknownHookPoint` for a name or glob
+        that matches none (a typo must not be dropped silently)."""
+        patterns = _patterns(names)
+        if patterns is not None:
+            known = list(self._hook_points)
+            for p in patterns:
+                if not any(n == p or fnmatch.fnmatchcase(n, p) for n in known):
+                    raise _unknown(p, known)
+            names = patterns
         match = _matcher(names)
-        chosen = {n: h for n, h in self._hook_points.items() if match(n)}
-        if names is not None and not callable(names) and not chosen:
-            raise KeyError(
-                f"no hook point matches {names!r}; known points include "
-                f"{sorted(self._hook_points)[:12]}"
-            )
-        return chosen
+        return {n: h for n, h in self._hook_points.items() if match(n)}
 
     @contextlib.contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
@@ -131,7 +172,8 @@ class HookedModule(nn.Module):
         def make(v):
             if callable(v) and not isinstance(v, torch.Tensor):
                 return lambda x, hp: v(x)
-            return lambda x, hp: v.to(x.dtype).expand_as(x).clone()
+            v = torch.as_tensor(v)
+            return lambda x, hp: _like(v, x, hp, "replace").expand_as(x).clone()
 
         with self.hooks({n: make(v) for n, v in values.items()}):
             yield
@@ -139,5 +181,23 @@ class HookedModule(nn.Module):
     @contextlib.contextmanager
     def add(self, values: Mapping[str, torch.Tensor]) -> Iterator[None]:
         """Add a (broadcastable) tensor to the activation at each named point."""
-        with self.hooks({n: (lambda v: lambda x, hp: x + v.to(x.dtype))(v) for n, v in values.items()}):
+
+        def make(v):
+            v = torch.as_tensor(v)
+            return lambda x, hp: x + _like(v, x, hp, "add")
+
+        with self.hooks({n: make(v) for n, v in values.items()}):
             yield
+
+
+def _like(v: torch.Tensor, x: torch.Tensor, hp: HookPoint, what: str) -> torch.Tensor:
+    """``v`` on ``x``'s device and dtype, checked to broadcast to ``x``'s shape."""
+    v = v.to(device=x.device, dtype=x.dtype)
+    try:
+        fits = torch.broadcast_shapes(v.shape, x.shape) == x.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{what} at hook point {hp.name!r}: a tensor of shape {tuple(v.shape)} does not broadcast "
+                         f"to the activation's shape {tuple(x.shape)}") from None
+    return v

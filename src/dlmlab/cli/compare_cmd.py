@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlmlab.report.results import fmt, load_results
+from dlmlab.errors import UserError
+from dlmlab.report.results import fmt, load_results as _load_results
 
 
 @dataclass
@@ -31,11 +32,23 @@ class Run:
     walls: dict[str, float] = field(default_factory=dict)  # name -> wall time measured by `reproduce all`
 
 
+def load_results(path: Path) -> dict:
+    """``path``'s results.json; a missing or corrupt file raises :class:`UserError` naming it."""
+    try:
+        res = _load_results(path)
+    except (OSError, ValueError) as e:  # missing, unreadable or not JSON (the message names the file)
+        raise UserError(str(e)) from None
+    if not isinstance(res, dict):
+        raise UserError(f"{path / 'results.json'} is not a dlmlab results file (expected a JSON object)")
+    return res
+
+
 def load_run(path: str | Path) -> Run:
-    """A run directory of either layout; raises ``FileNotFoundError`` naming what was looked for."""
+    """A run directory of either layout; raises :class:`UserError` naming what was looked for."""
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
+        why = "a file" if path.exists() else "nothing there"
+        raise UserError(f"{path} is not a directory ({why}); give a folder written by `dlmlab reproduce`")
     if (path / "results.json").exists():
         res = load_results(path)
         return Run(path, "study", {res.get("study") or path.name: res}, preset=res.get("preset"))
@@ -50,12 +63,16 @@ def load_run(path: str | Path) -> Run:
         try:
             man = json.loads(manifest.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"{manifest} is not valid JSON: {e}") from None
+            raise UserError(f"{manifest}: line {e.lineno} column {e.colno} is not valid JSON ({e.msg})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read {manifest}: {e}") from None
+        if not isinstance(man, dict):
+            raise UserError(f"{manifest} is not a `reproduce all` manifest (expected a JSON object)")
         preset = man.get("preset")
         status = {n: s.get("status", "?") for n, s in (man.get("studies") or {}).items()}
         walls = {n: s["wall_time_s"] for n, s in (man.get("studies") or {}).items() if s.get("wall_time_s")}
     if not studies and not status:
-        raise FileNotFoundError(f"no results.json in {path} or in its study folders (is it a dlmlab run?)")
+        raise UserError(f"no results.json in {path} or in its study folders (is it a dlmlab run?)")
     if preset is None and studies:
         preset = next(iter(studies.values())).get("preset")
     return Run(path, "all", studies, status, preset, walls)
@@ -251,11 +268,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rtol < 0 or args.max_rows < 0:
-        raise ValueError("--rtol and --max-rows must be >= 0")
+    if not args.rtol >= 0 or args.max_rows < 0:  # also refuses --rtol nan
+        raise UserError(f"--rtol and --max-rows must be >= 0, got {args.rtol} and {args.max_rows}")
     a, b = load_run(args.dir_a), load_run(args.dir_b)
     if a.kind == "study" and b.kind == "study" and set(a.studies) != set(b.studies):
-        raise ValueError(f"{a.path} is study {next(iter(a.studies))!r} but {b.path} is {next(iter(b.studies))!r}")
+        raise UserError(f"{a.path} is study {next(iter(a.studies))!r} but {b.path} is {next(iter(b.studies))!r}")
     diffs = compare(a, b, args.rtol)
     try:
         print(render(a, b, diffs, args.max_rows), flush=True)

@@ -14,11 +14,13 @@ COMMANDS = {
     "reproduce": "reproduce a study (induction, reversal, state, prediff, all) at a preset",
     "compare": "print how two reproduction runs' results and claims differ",
     "rate": "serve a blind pairwise preference page for a run's samples",
+    "sample": "decode text from a masked-diffusion run (orders, blocks, caches, infilling)",
 }
 
 EPILOG = """examples:
   dlmlab train configs/shakespeare_mdlm.yaml --out runs/mdlm
   dlmlab eval runs/mdlm
+  dlmlab sample runs/mdlm --prompt "ROMEO:" --threshold 0.9 --block-len 16
   dlmlab reproduce reversal --preset smoke --out runs/reversal
   dlmlab reproduce all --preset cpu --out runs/all
   torchrun --nproc_per_node 2 -m dlmlab.cli.main train configs/shakespeare_ar.yaml --out runs/ar2
@@ -64,17 +66,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command.  Bad input (a :class:`~dlmlab.errors.UserError`, a full or read-only disk)
+    prints ``dlmlab COMMAND: error: ...`` on one line and returns 2, as argparse does for bad
+    arguments; any other exception propagates with its traceback (exit code 1)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    from dlmlab.errors import USER_ERRORS
+    from dlmlab.errors import user_message
 
     try:
         return int(args._run(args) or 0)
-    except USER_ERRORS as e:
-        print(f"dlmlab {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"dlmlab {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a user error is one line and exit code 2; anything else is a bug: traceback
+        msg = user_message(e)
+        if msg is None:
+            raise
+        print(f"dlmlab {args.command}: error: {msg}", file=sys.stderr)
         return 2
 
 

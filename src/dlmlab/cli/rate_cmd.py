@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dlmlab.errors import UserError
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR",
@@ -25,12 +27,12 @@ def run(args: argparse.Namespace) -> int:
     from dlmlab.rating import RatingStore, find_samples, format_win_rates
 
     if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+        raise UserError(f"--port must be in 0..65535, got {args.port}")
     samples = find_samples(args.dir)
     db = Path(args.db) if args.db else samples.parent / "ratings.sqlite"
     if args.report:
         if not db.exists():
-            raise FileNotFoundError(f"no ratings database at {db} (rate first: dlmlab rate {args.dir})")
+            raise UserError(f"no ratings database at {db} (rate first: dlmlab rate {args.dir})")
         print(format_win_rates(RatingStore(db)))
         return 0
 
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = make_server(samples, db, args.port, args.seed)
     except OSError as e:
-        raise ValueError(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror or e}") from None
+        raise UserError(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror or e}; choose another --port") from None
     host, port = server.server_address[:2]
     app = server.app  # type: ignore[attr-defined]
     print(f"rating {len(app.pairs)} pairs from {samples}\nchoices -> {db}\n"

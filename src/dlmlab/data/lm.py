@@ -7,13 +7,13 @@ from typing import Literal
 
 import torch
 
-from dlmlab.config import require
-from dlmlab.data.paths import resolve_text
+from dlmlab.config import Config, read_text, require
+from dlmlab.data.paths import DataError, resolve_text
 from dlmlab.data.tokenizer import TextTokenizer, train_tokenizer
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Config):
     """``source``: a named offline corpus (tinyshakespeare, wikitext2-valid, wikitext2-test) or a text file path."""
 
     source: str = "tinyshakespeare"
@@ -53,9 +53,35 @@ class TokenStream:
 
 
 def load_corpus(cfg: DataConfig, tokenizer: TextTokenizer | None = None) -> tuple[TokenStream, TextTokenizer]:
-    """Read ``cfg.source``, train a tokenizer on its train split unless one is given, encode."""
-    text = resolve_text(cfg.source).read_text(encoding="utf-8")
-    cut = int(len(text) * (1 - cfg.val_fraction))
-    tok = tokenizer or train_tokenizer(cfg.tokenizer, text[:cut], cfg.bpe_vocab)
-    ids = torch.tensor(tok.encode(text), dtype=torch.long)
-    return TokenStream(ids, cfg.val_fraction), tok
+    """Read ``cfg.source``, fit a tokenizer unless one is given, encode.
+
+    A char tokenizer is fit on the whole text (it encodes all of it, so a character that occurs only
+    in the validation part must be in its vocabulary); a BPE tokenizer on the train split (its byte-level
+    alphabet encodes any text).  A missing, empty, non-UTF-8 or too short source, or a text with
+    characters a given char tokenizer lacks, raises :class:`~dlmlab.data.paths.DataNotFound` /
+    :class:`DataError` naming the file.
+    """
+    path = resolve_text(cfg.source)
+    text = read_text(path, "data source", DataError)
+    if not text:
+        raise DataError(f"data source {path} is empty; give a text file with the training text")
+    if tokenizer is None:
+        cut = int(len(text) * (1 - cfg.val_fraction))
+        tokenizer = train_tokenizer(cfg.tokenizer, text if cfg.tokenizer == "char" else text[:cut], cfg.bpe_vocab)
+    else:
+        known = getattr(tokenizer, "index", None)  # a char tokenizer's vocabulary
+        if known is not None:
+            missing = sorted(set(text) - set(known))
+            if missing:
+                shown = "".join(missing[:20]) + ("..." if len(missing) > 20 else "")
+                raise DataError(f"data source {path} has {len(missing)} character(s) this run's char tokenizer "
+                                f"never saw ({shown!r}); evaluate on text with the training characters only")
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    stream = TokenStream(ids, cfg.val_fraction)
+    need = cfg.seq_len + 1
+    if len(stream.train) <= need or len(stream.val) < need:
+        raise DataError(
+            f"data source {path} is too short: its {len(ids)} tokens split into {len(stream.train)} for training "
+            f"and {len(stream.val)} for validation, and data.seq_len {cfg.seq_len} needs at least {need + 1} and "
+            f"{need}; use more text, a smaller data.seq_len or another data.val_fraction")
+    return stream, tokenizer

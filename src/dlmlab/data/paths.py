@@ -7,8 +7,12 @@ from pathlib import Path
 from dlmlab.errors import UserError
 
 
-class DataNotFound(UserError, FileNotFoundError):
-    pass
+class DataError(UserError):
+    """A data source that cannot be used: empty, not UTF-8, a directory, too short."""
+
+
+class DataNotFound(DataError, FileNotFoundError):
+    """A named corpus, the offline data folder or a data file that does not exist."""
 
 
 def data_root() -> Path:
@@ -40,8 +44,13 @@ NAMED = {
 def resolve_text(source: str) -> Path:
     """A named offline corpus (``tinyshakespeare``, ``wikitext2-valid``...) or a path to a text file."""
     if source in NAMED:
-        return data_root() / NAMED[source]
+        p = data_root() / NAMED[source]
+        if not p.is_file():
+            raise DataNotFound(f"corpus {source!r} is missing from the offline data: no file {p}")
+        return p
     p = Path(source)
     if not p.exists():
         raise DataNotFound(f"text source {source!r} is neither a known corpus {sorted(NAMED)} nor an existing file")
+    if p.is_dir():
+        raise DataError(f"text source {source!r} is a directory; give a text file (or one of {sorted(NAMED)})")
     return p

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlmlab.config import require
+from dlmlab.config import Config, Derived, is_auto, require
 
 AttnMask = Literal["causal", "bidirectional", "hybrid"]
 Positions = Literal["learned", "rope", "alibi", "none"]
@@ -14,11 +14,13 @@ MLPKind = Literal["gelu", "gelu_new", "relu", "swiglu"]
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(Config):
     """Shape and variant of a :class:`~dlmlab.models.transformer.Transformer`.
 
     ``d_mlp = 0`` gives an attention-only model.  ``attn_mask`` is the default
     mask; a forward call may override it.  ``hybrid`` needs ``prompt_len``.
+    Checked when built (options, finite numbers, ranges); ``d_head`` left at 0 is
+    derived (and re-derived by ``dataclasses.replace``).
     """
 
     vocab_size: int = 0  # 0: taken from the data / tokenizer
@@ -39,9 +41,10 @@ class TransformerConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
 
-    def __post_init__(self) -> None:
-        if self.d_head == 0 and self.n_heads > 0 and self.d_model % self.n_heads == 0:
-            self.d_head = self.d_model // self.n_heads
+    def derive(self) -> None:
+        if is_auto(self.d_head):
+            ok = self.n_heads > 0 and self.d_model % self.n_heads == 0
+            self.d_head = Derived(self.d_model // self.n_heads) if ok else 0
 
     def validate(self) -> None:
         require(self.vocab_size >= 0, f"model.vocab_size must be >= 0, got {self.vocab_size}")
@@ -49,6 +52,7 @@ class TransformerConfig:
         require(self.d_model > 0, f"model.d_model must be > 0, got {self.d_model}")
         require(self.n_layers >= 0, f"model.n_layers must be >= 0, got {self.n_layers}")
         require(self.n_heads > 0, f"model.n_heads must be > 0, got {self.n_heads}")
+        require(self.d_head >= 0, f"model.d_head must be > 0 (or 0 for d_model // n_heads), got {self.d_head}")
         require(
             self.d_head > 0,
             f"model.d_model ({self.d_model}) is not divisible by model.n_heads ({self.n_heads}); set model.d_head",
@@ -56,6 +60,8 @@ class TransformerConfig:
         require(self.d_mlp >= 0, f"model.d_mlp must be >= 0, got {self.d_mlp}")
         require(self.max_seq_len > 0, f"model.max_seq_len must be > 0, got {self.max_seq_len}")
         require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
+        require(self.rope_theta > 0, f"model.rope_theta must be > 0, got {self.rope_theta}")
+        require(self.init_std >= 0, f"model.init_std must be >= 0, got {self.init_std}")
         if self.positions == "rope":
             require(self.d_head % 2 == 0, f"rope needs an even model.d_head, got {self.d_head}")
 

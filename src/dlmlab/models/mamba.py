@@ -29,16 +29,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlmlab.config import require
+from dlmlab.config import Config, Derived, is_auto, require
 from dlmlab.hooks import HookPoint
 from dlmlab.models.stacked import SSMStack, record_mixer_states
+from dlmlab.models.fused_conv import conv_silu, reference_conv_silu
+from dlmlab.models.fused_scan import fused_selective_scan
 from dlmlab.models.selective_scan import selective_scan, selective_scan_ref
 
 
 @dataclass
-class MambaConfig:
+class MambaConfig(Config):
     """Shape of a :class:`Mamba`.  ``d_inner = 0`` -> ``int(expand * d_model)``;
-    ``dt_rank = 0`` -> ``ceil(d_model / 16)`` (HF's "auto")."""
+    ``dt_rank = 0`` -> ``ceil(d_model / 16)`` (HF's "auto").  Checked when built; derived
+    fields are re-derived by ``dataclasses.replace``."""
 
     vocab_size: int = 0
     n_out: int = 0  # 0 -> vocab_size
@@ -58,15 +61,15 @@ class MambaConfig:
     dt_init_floor: float = 1e-4
     dt_scale: float = 1.0
     tie_embeddings: bool = True  # only when n_out == vocab_size
-    scan: Literal["chunked", "sequential"] = "chunked"
+    scan: Literal["fused", "chunked", "sequential"] = "fused"  # see docs/models.md, "Selective scan"
     scan_chunk: int = 16
     init_std: float = 0.02  # embedding init
 
-    def __post_init__(self) -> None:
-        if self.d_inner == 0 and self.expand > 0:
-            self.d_inner = int(self.expand * self.d_model)
-        if self.dt_rank == 0 and self.d_model > 0:
-            self.dt_rank = math.ceil(self.d_model / 16)
+    def derive(self) -> None:
+        if is_auto(self.d_inner):
+            self.d_inner = Derived(int(self.expand * self.d_model)) if self.expand > 0 else 0
+        if is_auto(self.dt_rank):
+            self.dt_rank = Derived(math.ceil(self.d_model / 16)) if self.d_model > 0 else 0
 
     def validate(self) -> None:
         require(self.vocab_size > 0, f"model.vocab_size must be > 0, got {self.vocab_size}")
@@ -79,7 +82,10 @@ class MambaConfig:
         require(self.dt_rank > 0, f"model.dt_rank must be > 0, got {self.dt_rank}")
         require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
         require(0 < self.dt_min <= self.dt_max, f"need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+        require(self.dt_init_floor >= 0, f"model.dt_init_floor must be >= 0, got {self.dt_init_floor}")
+        require(self.dt_scale > 0, f"model.dt_scale must be > 0, got {self.dt_scale}")
         require(self.scan_chunk >= 1, f"model.scan_chunk must be >= 1, got {self.scan_chunk}")
+        require(self.init_std >= 0, f"model.init_std must be >= 0, got {self.init_std}")
 
     @property
     def out_size(self) -> int:
@@ -118,21 +124,33 @@ class MambaMixer(nn.Module):
         self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        T = h.shape[1]
         x, z = self.in_proj(h).chunk(2, dim=-1)
-        if self.conv1d is not None:
-            x = self.conv1d(x.transpose(1, 2))[..., :T].transpose(1, 2)
-        u = self.conv_out(F.silu(x))
+        if self.conv1d is None:
+            u = F.silu(x)
+        elif self.cfg.scan == "fused":
+            u = conv_silu(x, self.conv1d)
+        else:
+            u = reference_conv_silu(x, self.conv1d)
+        u = self.conv_out(u)
         dt, B, C = torch.split(self.x_proj(u), [self.cfg.dt_rank, self.cfg.d_state, self.cfg.d_state], dim=-1)
         dt = self.dt(F.softplus(self.dt_proj(dt)))
-        A = -torch.exp(self.A_log.to(u.dtype))
+        A, D = -torch.exp(self.A_log.to(u.dtype)), self.D.to(u.dtype)
+        if self.cfg.scan == "fused" and not (self.record_states or self.ssm_out.active):
+            # scan, D skip and gate in one kernel (ssm_out lives inside it: with a hook on it, the path below)
+            return self.out_proj(fused_selective_scan(u, dt, A, B, C, D=D, z=z, chunk=self.cfg.scan_chunk))
+        y = self.ssm_out(self._scan(u, dt, A, B, C) + u * D)
+        return self.out_proj(y * F.silu(z))
+
+    def _scan(self, u, dt, A, B, C) -> torch.Tensor:
+        """y [B,T,Di] by the configured scan; the sequential reference when states are recorded."""
         if self.record_states or self.cfg.scan == "sequential":
             y, states = selective_scan_ref(u, dt, A, B, C, return_states=True)
             self.last_states = states if self.record_states else None
-        else:
-            y = selective_scan(u, dt, A, B, C, chunk=self.cfg.scan_chunk)
-        y = self.ssm_out(y + u * self.D.to(u.dtype))
-        return self.out_proj(y * F.silu(z))
+            return y
+        if self.cfg.scan == "chunked":
+            return selective_scan(u, dt, A, B, C, chunk=self.cfg.scan_chunk)
+        # "fused": falls back to "chunked" with one warning when the C++ kernel cannot be built
+        return fused_selective_scan(u, dt, A, B, C, chunk=self.cfg.scan_chunk)
 
 
 class Mamba(SSMStack):

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlmlab.config import require
+from dlmlab.config import Config, Derived, is_auto, require
 from dlmlab.hooks import HookPoint
 from dlmlab.models.precision import upcast
 from dlmlab.models.stacked import SSMStack, record_mixer_states
@@ -36,8 +36,9 @@ from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
 
 
 @dataclass
-class Mamba2Config:
-    """Shape of a :class:`Mamba2`.  ``d_inner = 0`` -> ``int(expand * d_model)``; heads = d_inner / headdim."""
+class Mamba2Config(Config):
+    """Shape of a :class:`Mamba2`.  ``d_inner = 0`` -> ``int(expand * d_model)``; heads = d_inner / headdim.
+    Checked when built; ``d_inner`` left at 0 is re-derived by ``dataclasses.replace``."""
 
     vocab_size: int = 0
     n_out: int = 0  # 0 -> vocab_size
@@ -62,9 +63,9 @@ class Mamba2Config:
     scan_chunk: int = 64
     init_std: float = 0.02
 
-    def __post_init__(self) -> None:
-        if self.d_inner == 0 and self.expand > 0:
-            self.d_inner = int(self.expand * self.d_model)
+    def derive(self) -> None:
+        if is_auto(self.d_inner):
+            self.d_inner = Derived(int(self.expand * self.d_model)) if self.expand > 0 else 0
 
     def validate(self) -> None:
         require(self.vocab_size > 0, f"model.vocab_size must be > 0, got {self.vocab_size}")
@@ -83,8 +84,10 @@ class Mamba2Config:
         require(self.d_conv >= 1, f"model.d_conv must be >= 1, got {self.d_conv}")
         require(self.norm_eps > 0, f"model.norm_eps must be > 0, got {self.norm_eps}")
         require(0 < self.dt_min <= self.dt_max, f"need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+        require(self.dt_init_floor >= 0, f"model.dt_init_floor must be >= 0, got {self.dt_init_floor}")
         require(self.A_init_max >= 1, f"model.A_init_max must be >= 1, got {self.A_init_max}")
         require(self.scan_chunk >= 1, f"model.scan_chunk must be >= 1, got {self.scan_chunk}")
+        require(self.init_std >= 0, f"model.init_std must be >= 0, got {self.init_std}")
 
     @property
     def n_heads(self) -> int:

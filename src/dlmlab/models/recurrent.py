@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from dlmlab.config import require
+from dlmlab.config import Config, Derived, is_auto, require
 from dlmlab.hooks import HookPoint
 from dlmlab.models.stacked import StackedLM
 from dlmlab.models.norm import make_norm
@@ -30,11 +30,12 @@ Cell = Literal["lstm", "gru"]
 
 
 @dataclass
-class RecurrentConfig:
+class RecurrentConfig(Config):
     """Shape of a :class:`RecurrentModel`.
 
-    ``hidden_size = 0`` -> ``d_model``.  ``residual`` adds each layer's input to its
-    output (needs ``d_model == hidden_size``); the default is a plain stack.
+    ``hidden_size = 0`` -> ``d_model`` (re-derived by ``dataclasses.replace``).  ``residual`` adds
+    each layer's input to its output (needs ``d_model == hidden_size``); the default is a plain stack.
+    Checked when built.
     """
 
     cell: Cell = "lstm"
@@ -48,9 +49,9 @@ class RecurrentConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
 
-    def __post_init__(self) -> None:
-        if self.hidden_size == 0:
-            self.hidden_size = self.d_model
+    def derive(self) -> None:
+        if is_auto(self.hidden_size):
+            self.hidden_size = Derived(self.d_model)
 
     def validate(self) -> None:
         require(self.cell in ("lstm", "gru"), f"model.cell must be 'lstm' or 'gru', got {self.cell!r}")

@@ -39,7 +39,7 @@ from typing import Literal
 
 import torch
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 from dlmlab.data import TokenStream
 from dlmlab.models.masks import build_mask
 from dlmlab.objectives import ar_loss, corrupt, masked_nll
@@ -65,7 +65,7 @@ def prompt_length(prompt_frac: float, T: int) -> int:
 
 
 @dataclass
-class MethodConfig:
+class MethodConfig(Config):  # checked when built (options, finite numbers, validate())
     """One adaptation method.  ``anneal_frac``: fraction of training over which an annealed mask opens."""
 
     name: str

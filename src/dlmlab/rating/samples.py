@@ -8,7 +8,17 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
+from dlmlab.errors import UserError
+
 SAMPLES_FILE = "samples.jsonl"
+
+
+class SamplesError(UserError, ValueError):
+    """A samples file that cannot be rated (bad JSON line, missing key, no pairs); names the file."""
+
+
+class SamplesNotFound(UserError, FileNotFoundError):
+    """No samples file where one was asked for."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +63,14 @@ def find_samples(path: str | Path) -> Path:
     if path.is_file():
         return path
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} does not exist")
+        raise SamplesNotFound(f"{path} does not exist")
     if (path / SAMPLES_FILE).is_file():
         return path / SAMPLES_FILE
     found = sorted(path.glob(f"*/{SAMPLES_FILE}"))
     if len(found) == 1:
         return found[0]
     hint = f"; found several: {', '.join(map(str, found))} (pass one folder)" if found else ""
-    raise FileNotFoundError(f"no {SAMPLES_FILE} in {path}{hint}")
+    raise SamplesNotFound(f"no {SAMPLES_FILE} in {path}{hint}")
 
 
 def load_samples(path: str | Path) -> list[Sample]:
@@ -68,28 +78,30 @@ def load_samples(path: str | Path) -> list[Sample]:
     path = Path(path)
     out: list[Sample] = []
     seen: set[str] = set()
-    for i, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    from dlmlab.config import read_text
+
+    for i, raw in enumerate(read_text(path, "samples file", SamplesError).splitlines(), start=1):
         if not raw.strip():
             continue
         try:
             row = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} line {i}: not valid JSON ({e.msg})") from None
+            raise SamplesError(f"{path} line {i}: not valid JSON ({e.msg})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path} line {i}: expected an object with prompt, method, sample")
+            raise SamplesError(f"{path} line {i}: expected an object with prompt, method, sample")
         for k in ("prompt", "method", "sample"):
             if k not in row:
-                raise ValueError(f"{path} line {i}: missing key {k!r}")
+                raise SamplesError(f"{path} line {i}: missing key {k!r}")
             if not isinstance(row[k], str):
-                raise ValueError(f"{path} line {i}: {k!r} must be a string, got {type(row[k]).__name__}")
+                raise SamplesError(f"{path} line {i}: {k!r} must be a string, got {type(row[k]).__name__}")
         if not row["method"].strip():
-            raise ValueError(f"{path} line {i}: empty method name")
+            raise SamplesError(f"{path} line {i}: empty method name")
         s = Sample(row["prompt"], row["method"], row["sample"], i)
         if s.key not in seen:
             seen.add(s.key)
             out.append(s)
     if not out:
-        raise ValueError(f"{path} holds no samples")
+        raise SamplesError(f"{path} holds no samples")
     return out
 
 
@@ -100,5 +112,5 @@ def all_pairs(samples: list[Sample]) -> list[Pair]:
         by_prompt.setdefault(s.prompt, []).append(s)
     pairs = [Pair(x, y) for group in by_prompt.values() for x, y in combinations(group, 2) if x.method != y.method]
     if not pairs:
-        raise ValueError("no prompt has samples from two different methods: nothing to compare")
+        raise SamplesError("no prompt has samples from two different methods: nothing to compare")
     return pairs

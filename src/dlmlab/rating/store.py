@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from dlmlab.errors import UserError
 from dlmlab.rating.samples import Pair, Sample
 
 SCHEMA = """
@@ -58,6 +59,10 @@ class WinRate:
         return max(0.0, centre - half), min(1.0, centre + half)
 
 
+class RatingsDbError(UserError, ValueError):
+    """A ratings database file that SQLite cannot use."""
+
+
 class RatingStore:
     """Choices in ``path`` (created if absent).  Thread-safe: one short connection per call."""
 
@@ -68,7 +73,8 @@ class RatingStore:
             with self._connect() as con:
                 con.executescript(SCHEMA)
         except sqlite3.DatabaseError as e:
-            raise ValueError(f"{self.path} is not a usable SQLite ratings database: {e}") from None
+            raise RatingsDbError(f"{self.path} is not a usable SQLite ratings database: {e}; "
+                                 "use another --db or move the file aside") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 from dlmlab.models import KVCache
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.decode import generate
@@ -29,7 +29,7 @@ __all__ = ["DiffusionSampleConfig", "encode_prompt", "sample_diffusion", "unmask
 
 
 @dataclass
-class DiffusionSampleConfig:
+class DiffusionSampleConfig(Config):  # checked when built (options, finite numbers, validate())
     steps: int = 8
     temperature: float = 1.0
     top_p: float = 1.0

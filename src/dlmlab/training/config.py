@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Config):
     """AdamW + warmup/decay schedule, logging and checkpoint cadence.
 
     ``batch_size`` is the global batch: with N processes each takes batch_size / N rows.
     ``ckpt_every = 0`` writes a checkpoint only at the end; ``keep_checkpoints = 0`` keeps all.
+    Checked when built: a ``schedule`` outside its options or a NaN / infinite number is refused.
+    After changing a field in place, call ``check()``.
     """
 
     steps: int = 1000
