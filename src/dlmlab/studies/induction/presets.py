@@ -102,9 +102,9 @@ PRESETS: dict[str, InductionPreset] = {
                            batch_size=32, steps=STEPS_CPU, text_steps=6000, p_repeated=0.75, schedule="constant",
                            t_min=0.02, t_max=0.5, patch_low=0.05, patch_high=0.5, ckpt_every=1000),
     # paper: a local FineWeb-Edu sample ($DLMLAB_FINEWEB: a JSONL / Parquet file or folder), else the offline
-    # WikiText-2 validation text + Tiny Shakespeare; BPE 8192.  Not run here (needs a GPU).
+    # WikiText-2 validation + test text + Tiny Shakespeare; BPE 8192.  Not run here (needs a GPU).
     "paper": InductionPreset(random_ids="text", d_model=512, n_heads=16, seq_len=512, n_random=4096, min_half=128,
-                             tokenizer="bpe", bpe_vocab=8192, text_source="$DLMLAB_FINEWEB|wikitext2-valid+tinyshakespeare",
+                             tokenizer="bpe", bpe_vocab=8192, text_source="$DLMLAB_FINEWEB|wikitext2-valid+wikitext2-test+tinyshakespeare",
                              max_chars=200_000_000, steps=20000, text_steps=4000, batch_size=64, lr=1e-3,
                              warmup_steps=1000, schedule="cosine", threads=0, ckpt_every=1000, eval_seqs=512,
                              per_seq=16, probe_seqs=1024),
