@@ -202,3 +202,21 @@ def test_curriculum_text_first_then_repeat_mix():
     assert p_repeated_at(p, p.text_steps) == p.p_repeated and p.seq_len >= 64
     q = dataclasses.replace(p, steps=10, text_steps=5, batch_size=2, seq_len=4, p_repeated=0.5)
     assert text_epochs(q, 100) == pytest.approx((5 * 2 + 5 * 2 * 0.5) * 4 / 100)
+
+
+def test_corpus_reads_parquet_and_names_bad_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dlmlab.errors import UserError
+
+    pq.write_table(pa.table({"text": ["first doc", "", "second doc"], "id": [1, 2, 3]}), tmp_path / "c.parquet")
+    assert read_corpus(str(tmp_path / "c.parquet"), separator="|").text == "first doc|second doc"
+    with pytest.raises(UserError, match="no column 'body'"):
+        read_corpus(str(tmp_path / "c.parquet"), text_field="body")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(UserError, match="bad.parquet: not a readable Parquet file"):
+        read_corpus(str(tmp_path / "bad.parquet"))
+    (tmp_path / "d.jsonl").write_text('{"text": "ok"}\n{oops\n')
+    with pytest.raises(UserError, match="d.jsonl: line 2 is not valid JSON"):
+        read_corpus(str(tmp_path / "d.jsonl"))

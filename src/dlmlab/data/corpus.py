@@ -4,7 +4,7 @@
 
 * a named offline corpus of :mod:`dlmlab.data.paths` (``tinyshakespeare``, ``wikitext2-valid``, ...);
 * a path to a ``.txt`` file (read whole), a ``.jsonl`` / ``.json`` file (one JSON object per line, its
-  ``text_field`` taken), a ``.parquet`` file (its ``text_field`` column; needs ``pyarrow``), or a folder
+  ``text_field`` taken), a ``.parquet`` file (its ``text_field`` column, read with pyarrow), or a folder
   (every such file below it, in sorted order);
 * ``$NAME``: the path held by the environment variable NAME (e.g. ``$DLMLAB_FINEWEB`` for a local
   FineWeb-Edu sample);
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from dlmlab.data.paths import NAMED, DataNotFound, resolve_text
+from dlmlab.data.paths import NAMED, DataError, DataNotFound, resolve_text
 from dlmlab.data.tokenizer import TextTokenizer, train_tokenizer
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
@@ -62,23 +62,36 @@ def _files(p: Path) -> list[Path]:
 
 def _documents(f: Path, text_field: str):
     suf = f.suffix.lower()
-    if suf == ".parquet":
-        try:
+    try:
+        if suf == ".parquet":
+            import pyarrow
             import pyarrow.parquet as pq
-        except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError(f"reading {f} needs pyarrow (pip install pyarrow)") from e
-        for batch in pq.ParquetFile(f).iter_batches(columns=[text_field]):
-            yield from (t for t in batch.column(0).to_pylist() if t)
-    elif suf in (".jsonl", ".json"):
-        with f.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    doc = json.loads(line)
-                    if text_field not in doc:
-                        raise KeyError(f"{f}: a JSON line has no field {text_field!r}")
-                    yield doc[text_field]
-    else:
-        yield f.read_text(encoding="utf-8")
+
+            try:
+                pf = pq.ParquetFile(f)
+            except pyarrow.ArrowInvalid as e:
+                raise DataError(f"{f}: not a readable Parquet file ({e})") from None
+            if text_field not in pf.schema_arrow.names:
+                raise DataError(f"{f}: no column {text_field!r} (columns: {pf.schema_arrow.names})")
+            for batch in pf.iter_batches(columns=[text_field]):
+                yield from (t for t in batch.column(0).to_pylist() if t)
+        elif suf in (".jsonl", ".json"):
+            with f.open(encoding="utf-8") as fh:
+                for n, line in enumerate(fh, 1):
+                    if line.strip():
+                        try:
+                            doc = json.loads(line)
+                        except json.JSONDecodeError as e:
+                            raise DataError(f"{f}: line {n} is not valid JSON ({e.msg})") from None
+                        if not isinstance(doc, dict) or text_field not in doc:
+                            raise DataError(f"{f}: line {n} has no field {text_field!r}")
+                        yield doc[text_field]
+        else:
+            yield f.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{f}: not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
+    except OSError as e:
+        raise DataError(f"{f}: cannot be read ({e.strerror or e})") from None
 
 
 def resolve_spec(spec: str) -> str:
