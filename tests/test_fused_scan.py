@@ -78,6 +78,24 @@ def test_fused_scan_inference_path_equals_training_path():
     assert torch.equal(y_inf, y_train.detach())
 
 
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_softplus_of_dt(dtype):
+    """``dt_softplus``: raw dt over a wide range (both sides of torch's threshold 20); gradient w.r.t. raw dt."""
+    u, _, A, B, C, D, z = _inputs(2, 30, 24, 4, dtype=dtype)
+    raw = torch.linspace(-30, 30, 2 * 30 * 24, dtype=dtype).reshape(2, 30, 24)
+    raw = raw[:, :, torch.randperm(24, generator=torch.Generator().manual_seed(0))].contiguous().requires_grad_()
+    A = (A.detach() * 0.01).requires_grad_()  # keep exp(dt A) away from 0 for dt up to 30
+    args = [u, raw, A, B, C, D, z]
+    y, g = _grads(lambda *a: fused_selective_scan(*a, chunk=7, dt_softplus=True), args)
+    args64 = [a.detach().double().requires_grad_() for a in args]
+    y_ref, g_ref = _grads(lambda u, r, *rest: _ref(u, torch.nn.functional.softplus(r), *rest), args64)
+    tol = dict(atol=1e-12, rtol=1e-10) if dtype == torch.float64 else dict(atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(y.double(), y_ref, **tol)
+    for name, a, b in zip("u dt A B C D z".split(), g, g_ref):
+        torch.testing.assert_close(a.double(), b, **tol, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
 def test_fused_scan_rejects_bad_shapes():
     u, dt, A, B, C, D, z = _inputs(2, 4, 6, 3)
     with pytest.raises(ValueError, match="A must be"):

@@ -78,19 +78,19 @@ def available() -> bool:
 
 class _FusedScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, dt, A, B, C, D, z, chunk: int):
+    def forward(ctx, u, dt, A, B, C, D, z, chunk: int, softplus: bool):
         At = A.t().contiguous()
-        out, hck, ys = load_extension().forward(u, dt, At, B, C, D, z, chunk, True)
+        out, hck, ys = load_extension().forward(u, dt, At, B, C, D, z, chunk, True, softplus)
         ctx.save_for_backward(u, dt, At, B, C, D, z, ys, hck)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.softplus = chunk, softplus
         return out
 
     @staticmethod
     def backward(ctx, gout):
         u, dt, At, B, C, D, z, ys, hck = ctx.saved_tensors
         gu, gdt, gAt, gB, gC, gD, gz = load_extension().backward(u, dt, At, B, C, D, z, ys, gout.contiguous(), hck,
-                                                                   ctx.chunk)
-        return gu, gdt, gAt.t(), gB, gC, gD, (gz if z.numel() else None), None
+                                                                   ctx.chunk, ctx.softplus)
+        return gu, gdt, gAt.t(), gB, gC, gD, (gz if z.numel() else None), None, None
 
 
 def reference_epilogue(y, u, D=None, z=None):
@@ -100,11 +100,11 @@ def reference_epilogue(y, u, D=None, z=None):
     return y if z is None else y * F.silu(z)
 
 
-def fused_selective_scan(u, dt, A, B, C, D=None, z=None, chunk: int = 16):
+def fused_selective_scan(u, dt, A, B, C, D=None, z=None, chunk: int = 16, dt_softplus: bool = False):
     """``(selective_scan(u, dt, A, B, C) + D u) * silu(z)`` with the C++ kernel.
 
     Shapes: ``u, dt, z`` [B,T,Di], ``A`` [Di,N], ``B, C`` [B,T,N], ``D`` [Di] -> [B,T,Di];
-    ``D`` and ``z`` are optional.  Falls back to the pure-PyTorch chunked scan plus
+    ``D`` and ``z`` are optional.  ``dt_softplus``: ``dt`` is raw and the scan uses ``softplus(dt)``.  Falls back to the pure-PyTorch chunked scan plus
     :func:`reference_epilogue` (same result) when the kernel is unavailable or the inputs are
     not float32/float64 CPU tensors of one dtype.
     """
@@ -120,10 +120,11 @@ def fused_selective_scan(u, dt, A, B, C, D=None, z=None, chunk: int = 16):
     usable = ({t.dtype for t in given} in ({torch.float32}, {torch.float64})
               and all(t.device.type == "cpu" for t in given))
     if not usable or u.shape[1] == 0 or load_extension() is None:
+        dt = F.softplus(dt) if dt_softplus else dt
         return reference_epilogue(selective_scan(u, dt, A, B, C, chunk=chunk), u, D, z)
     u, dt, A, B, C = (t.contiguous() for t in (u, dt, A, B, C))
     D_ = u.new_zeros(Di) if D is None else D.contiguous()
     z_ = u.new_empty(0) if z is None else z.contiguous()
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in given)):
-        return load_extension().forward(u, dt, A.t().contiguous(), B, C, D_, z_, chunk, False)[0]
-    return _FusedScan.apply(u, dt, A, B, C, D_, z_, chunk)
+        return load_extension().forward(u, dt, A.t().contiguous(), B, C, D_, z_, chunk, False, dt_softplus)[0]
+    return _FusedScan.apply(u, dt, A, B, C, D_, z_, chunk, dt_softplus)

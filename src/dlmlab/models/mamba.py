@@ -133,11 +133,14 @@ class MambaMixer(nn.Module):
             u = reference_conv_silu(x, self.conv1d)
         u = self.conv_out(u)
         dt, B, C = torch.split(self.x_proj(u), [self.cfg.dt_rank, self.cfg.d_state, self.cfg.d_state], dim=-1)
-        dt = self.dt(F.softplus(self.dt_proj(dt)))
+        dt = self.dt_proj(dt)
         A, D = -torch.exp(self.A_log.to(u.dtype)), self.D.to(u.dtype)
-        if self.cfg.scan == "fused" and not (self.record_states or self.ssm_out.active):
-            # scan, D skip and gate in one kernel (ssm_out lives inside it: with a hook on it, the path below)
-            return self.out_proj(fused_selective_scan(u, dt, A, B, C, D=D, z=z, chunk=self.cfg.scan_chunk))
+        if self.cfg.scan == "fused" and not (self.record_states or self.ssm_out.active or self.dt.active):
+            # softplus, scan, D skip and gate in one kernel (the dt and ssm_out hook points live inside
+            # it: with a hook on either, the path below)
+            return self.out_proj(fused_selective_scan(u, dt, A, B, C, D=D, z=z, chunk=self.cfg.scan_chunk,
+                                                      dt_softplus=True))
+        dt = self.dt(F.softplus(dt))
         y = self.ssm_out(self._scan(u, dt, A, B, C) + u * D)
         return self.out_proj(y * F.silu(z))
 
