@@ -1,5 +1,6 @@
 """The reversal study end to end (smoke preset) and its presets."""
 
+import dataclasses
 import json
 
 import pytest
@@ -75,6 +76,18 @@ def test_real_data_pipeline(dataset):
     assert len(task.forward_test) == len(task.reverse_test) == n_items
     assert all(len(c) == 3 and 0 <= i < 3 for _, c, i in task.reverse_test)
     assert task.mask_id == task.vocab_size - 1 and task.pad_id == task.vocab_size - 2
+    # candidates are scored at the training width whatever seq_len pads them to: the bidirectional MDM
+    # attends to every pad, so extra pads it never saw in training would change its scores
+    import torch
+
+    from dlmlab.models import Transformer
+    from dlmlab.studies.reversal.real import score_candidates
+
+    torch.manual_seed(0)
+    mdm = Transformer(dataclasses.replace(cfg.model, vocab_size=task.vocab_size, max_seq_len=256,
+                                          attn_mask="bidirectional"))
+    wide, wider = (score_candidates(mdm, task, "mdm", task.reverse_test, n) for n in (128, 256))
+    assert (wide == wider).all()
     real = run_real(cfg, 0, progress=False)  # an int: MIN_SEEDS consecutive seeds from it
     assert real["seeds"] == [0, 1, 2]
     assert {(r["kind"], r["positions"], r["seed"]) for r in real["runs"]} == {

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dlmlab.config import ConfigError
 from dlmlab.models import Transformer
 from dlmlab.objectives import mdlm_loss
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.objectives.schedule import sample_t
-from dlmlab.config import ConfigError
 from dlmlab.report import Table, claim
 from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
