@@ -71,6 +71,10 @@ class ReversalPreset:
         require(self.multilayer is None or self.multilayer.n_layers > 1, "multilayer must have more than one layer")
 
 
+# Training steps, sized from measured single-thread CPU time per step / evaluation (docs/reversal.md, "Sizing").
+SMOKE_STEPS, CPU_STEPS = 200, 800
+
+
 def _constant(steps: int, batch: int, log_every: int, lr: float = 1e-3) -> TrainConfig:
     return TrainConfig(steps=steps, batch_size=batch, lr=lr, log_every=log_every, weight_decay=0.0, schedule="constant")
 
@@ -108,5 +112,4 @@ def _paper() -> ReversalPreset:
     )
 
 
-SMOKE_STEPS, CPU_STEPS = 300, 600  # sized from measured step rates, see docs/reversal.md
 PRESETS: dict[str, ReversalPreset] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper()}
