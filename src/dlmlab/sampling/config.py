@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 from dlmlab.sampling.orders import ORDERS, Order
 
 Cache = Literal["none", "prompt", "prefix", "dual"]
@@ -13,7 +13,7 @@ Attention = Literal["model", "block_causal"]
 
 
 @dataclass
-class DecodeConfig:
+class DecodeConfig(Config):
     """How :func:`~dlmlab.sampling.decode.decode` fills masked positions.
 
     steps: denoising steps of a count schedule, shared among blocks by length (ignored by the
@@ -46,9 +46,6 @@ class DecodeConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     self_cond: bool = True
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> None:
         require(self.steps >= 1, f"sampling steps must be >= 1, got {self.steps}")

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 
 
 @dataclass
-class TraceConfig:
+class TraceConfig(Config):
     """hooks: hook point names or globs to record (e.g. ``["blocks.0.resid_post", "blocks.*.attn.pattern"]``);
     steps: the global step indices to record them at (None: every step); logits: keep each step's block logits."""
 
@@ -25,7 +25,7 @@ class TraceConfig:
     steps: list[int] | None = None
     logits: bool = False
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         require(self.steps is None or all(s >= 0 for s in self.steps), f"trace steps must be >= 0, got {self.steps}")
 
     def wants(self, step: int) -> bool:
