@@ -80,16 +80,17 @@ class _FusedScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, dt, A, B, C, D, z, chunk: int, softplus: bool):
         At = A.t().contiguous()
-        out, hck, ys = load_extension().forward(u, dt, At, B, C, D, z, chunk, True, softplus)
-        ctx.save_for_backward(u, dt, At, B, C, D, z, ys, hck)
-        ctx.chunk, ctx.softplus = chunk, softplus
+        dt_used = F.softplus(dt) if softplus else dt  # the backward of softplus is in the kernel's backward
+        out, hck, ys = load_extension().forward(u, dt_used, At, B, C, D, z, chunk, True)
+        ctx.save_for_backward(u, dt_used, At, B, C, D, z, ys, hck, dt if softplus else u.new_empty(0))
+        ctx.chunk = chunk
         return out
 
     @staticmethod
     def backward(ctx, gout):
-        u, dt, At, B, C, D, z, ys, hck = ctx.saved_tensors
-        gu, gdt, gAt, gB, gC, gD, gz = load_extension().backward(u, dt, At, B, C, D, z, ys, gout.contiguous(), hck,
-                                                                   ctx.chunk, ctx.softplus)
+        u, dt_used, At, B, C, D, z, ys, hck, raw = ctx.saved_tensors
+        gu, gdt, gAt, gB, gC, gD, gz = load_extension().backward(u, dt_used, At, B, C, D, z, ys, gout.contiguous(),
+                                                                   hck, raw, ctx.chunk)
         return gu, gdt, gAt.t(), gB, gC, gD, (gz if z.numel() else None), None, None
 
 
@@ -126,5 +127,6 @@ def fused_selective_scan(u, dt, A, B, C, D=None, z=None, chunk: int = 16, dt_sof
     D_ = u.new_zeros(Di) if D is None else D.contiguous()
     z_ = u.new_empty(0) if z is None else z.contiguous()
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in given)):
-        return load_extension().forward(u, dt, A.t().contiguous(), B, C, D_, z_, chunk, False, dt_softplus)[0]
+        dt = F.softplus(dt) if dt_softplus else dt
+        return load_extension().forward(u, dt, A.t().contiguous(), B, C, D_, z_, chunk, False)[0]
     return _FusedScan.apply(u, dt, A, B, C, D_, z_, chunk, dt_softplus)

@@ -52,38 +52,16 @@ template <typename T> inline T sexp(T x);
 template <> inline float sexp<float>(float x) { return fexp(x); }
 template <> inline double sexp<double>(double x) { return std::exp(x); }
 
-// log1p for float, 0 <= e: log(1 + e) from the exponent and a series in s = (m-1)/(m+1), plus the
-// rounding error of 1 + e; plain arithmetic so that it vectorises.
-inline float flog1p(float e) {
-  const float y = 1.0f + e;
-  int32_t bits;
-  std::memcpy(&bits, &y, sizeof(bits));
-  int32_t ex = ((bits >> 23) & 0xff) - 127;
-  int32_t mb = (bits & 0x007fffff) | 0x3f800000;
-  float m;
-  std::memcpy(&m, &mb, sizeof(m));
-  const bool big = m > 1.41421356f;
-  m = big ? 0.5f * m : m;
-  ex = big ? ex + 1 : ex;
-  const float f = m - 1.0f, sv = f / (2.0f + f), s2 = sv * sv;
-  const float poly = 1.0f + s2 * (0.33333333f + s2 * (0.2f + s2 * (0.14285715f + s2 * 0.11111111f)));
-  return static_cast<float>(ex) * 0.693147181f + 2.0f * sv * poly + (e - (y - 1.0f)) / y;
-}
 
-// softplus as torch computes it (x above 20 passes through).
-template <typename T> inline T softplus(T x);
-template <> inline float softplus<float>(float x) { return x > 20.0f ? x : flog1p(fexp(x)); }
-template <> inline double softplus<double>(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 
 struct Dims {
   int64_t Bs, T, Di, N, nblk, chunk, nck;
-  bool softplus;  // dt holds raw values: the scan uses softplus(dt)
 };
 
-inline Dims dims_of(const at::Tensor& u, const at::Tensor& At, int64_t chunk, bool softplus) {
+inline Dims dims_of(const at::Tensor& u, const at::Tensor& At, int64_t chunk) {
   Dims s;
   s.Bs = u.size(0); s.T = u.size(1); s.Di = u.size(2); s.N = At.size(0);
-  s.nblk = (s.Di + W - 1) / W; s.chunk = chunk; s.nck = (s.T + chunk - 1) / chunk; s.softplus = softplus;
+  s.nblk = (s.Di + W - 1) / W; s.chunk = chunk; s.nck = (s.T + chunk - 1) / chunk;
   return s;
 }
 
@@ -130,6 +108,15 @@ void gate(const T* z, const T* ys, T* out, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) out[i] = ys[i] * (z[i] * sigmoid<T>(z[i]));
 }
 
+// g *= d softplus(raw) / d raw = sigmoid(raw) (1 above the threshold, as torch) on [lo, hi).
+template <typename T>
+void softplus_backward_range(const T* __restrict__ raw, T* __restrict__ g, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const T sg = sigmoid<T>(raw[i]), m = raw[i] > T(20) ? T(1) : T(0);
+    g[i] = g[i] * (sg + m * (T(1) - sg));
+  }
+}
+
 // Backward of out = ys * silu(z) on [lo, hi): gz, and gys (the gradient the scan receives).
 template <typename T>
 void gate_backward(const T* __restrict__ z, const T* __restrict__ ys, const T* __restrict__ gout,
@@ -156,8 +143,6 @@ void forward_item(const Dims& s, int64_t b, int64_t blk, const In<T>& in, T* out
     }
     const int64_t row = (b * s.T + t) * Di + d0;
     load_lanes(xdt, in.dt + row, wn);
-    if (s.softplus)
-      for (int w = 0; w < W; ++w) xdt[w] = softplus<T>(xdt[w]);
     load_lanes(xu, in.u + row, wn);
     for (int w = 0; w < W; ++w) { x[w] = xdt[w] * xu[w]; yv[w] = T(0); }
     const T* Bt = in.B + (b * s.T + t) * N;
@@ -216,8 +201,6 @@ void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gys, con
         T* xd = &xdt[i * W];
         T* xv = &xu[i * W];
         load_lanes(xd, in.dt + row, wn);
-        if (s.softplus)
-          for (int w = 0; w < W; ++w) xd[w] = softplus<T>(xd[w]);
         load_lanes(xv, in.u + row, wn);
         for (int w = 0; w < W; ++w) x[w] = xd[w] * xv[w];
         const T* Bt = in.B + (b * s.T + t0 + i) * N;
@@ -274,10 +257,6 @@ void backward_batch(const Dims& s, int64_t b, const In<T>& in, const T* gys, con
           gx[w] = gx[w] * xd[w] + gyv[w] * dk[w];  // d/du
         }
         store_lanes(g.gu + row, gx, wn);
-        if (s.softplus) {  // d softplus(r) / dr = sigmoid(r), 1 above the threshold (as torch)
-          load_lanes(x, in.dt + row, wn);
-          for (int w = 0; w < W; ++w) gdtA[w] = gdtA[w] * (x[w] > T(20) ? T(1) : sigmoid<T>(x[w]));
-        }
         store_lanes(g.gdt + row, gdtA, wn);
       }
     }
@@ -325,15 +304,14 @@ void fixed_order_sum(const T* part, T* out, int64_t outer, int64_t K, int64_t M)
 
 }  // namespace
 
-// Forward.  u, dt, z [Bs,T,Di] (z empty: no gate), At [N,Di], B, C [Bs,T,N], D [Di]; with softplus,
-// dt is raw and the scan uses softplus(dt) (the gradient returned is the raw one's).
-// Returns (out [Bs,T,Di], checkpoints [Bs,nck,N,Di], ys = y + D u [Bs,T,Di]); with keep false the
-// checkpoints, and without z or keep ys, are empty tensors.
+// Forward.  u, dt, z [Bs,T,Di] (z empty: no gate), At [N,Di], B, C [Bs,T,N], D [Di].  Returns (out
+// [Bs,T,Di], checkpoints [Bs,nck,N,Di], ys = y + D u [Bs,T,Di]); with keep false the checkpoints,
+// without z or keep ys, are empty tensors.
 std::vector<at::Tensor> scan_forward(at::Tensor u, at::Tensor dt, at::Tensor At, at::Tensor B, at::Tensor C,
-                                     at::Tensor D, at::Tensor z, int64_t chunk, bool keep, bool softplus) {
+                                     at::Tensor D, at::Tensor z, int64_t chunk, bool keep) {
   check_inputs({u, dt, At, B, C, D, z});
   TORCH_CHECK(chunk >= 1, "chunk must be >= 1");
-  const Dims s = dims_of(u, At, chunk, softplus);
+  const Dims s = dims_of(u, At, chunk);
   const bool gated = z.numel() > 0;
   auto out = at::empty_like(u);
   auto ys = gated && keep ? at::empty_like(u) : at::empty({0}, u.options());
@@ -353,13 +331,14 @@ std::vector<at::Tensor> scan_forward(at::Tensor u, at::Tensor dt, at::Tensor At,
   return {out, hck, ys};
 }
 
-// Backward.  ys: as returned by the forward.  Returns (gu, gdt [Bs,T,Di], gAt [N,Di], gB, gC [Bs,T,N],
-// gD [Di], gz [Bs,T,Di] or empty).
+// Backward.  dt: the dt the forward used; ys: as the forward returned; raw: when dt = softplus(raw),
+// raw (else empty).  Returns (gu, gdt [Bs,T,Di] (w.r.t. raw with softplus), gAt [N,Di], gB, gC [Bs,T,N], gD [Di],
+// gz [Bs,T,Di] or empty).
 std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At, at::Tensor B, at::Tensor C,
                                       at::Tensor D, at::Tensor z, at::Tensor ys, at::Tensor gout, at::Tensor hck,
-                                      int64_t chunk, bool softplus) {
-  check_inputs({u, dt, At, B, C, D, z, ys, gout, hck});
-  const Dims s = dims_of(u, At, chunk, softplus);
+                                      at::Tensor raw, int64_t chunk) {
+  check_inputs({u, dt, At, B, C, D, z, ys, gout, hck, raw});
+  const Dims s = dims_of(u, At, chunk);
   const bool gated = z.numel() > 0;
   auto gu = at::empty_like(u), gdt = at::empty_like(u), gz = at::empty_like(z);
   auto gys = gated ? at::empty_like(u) : gout;
@@ -380,6 +359,11 @@ std::vector<at::Tensor> scan_backward(at::Tensor u, at::Tensor dt, at::Tensor At
     at::parallel_for(0, s.Bs, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) backward_batch<scalar_t>(s, b, in, pgy, ph, g);
     });
+    if (raw.numel()) {
+      const scalar_t* praw = raw.data_ptr<scalar_t>();
+      at::parallel_for(0, u.numel(), 16384,
+                       [&](int64_t lo, int64_t hi) { softplus_backward_range(praw, g.gdt, lo, hi); });
+    }
     // fixed-order reductions over the batch
     fixed_order_sum(g.gA_part, gAt.data_ptr<scalar_t>(), 1, s.Bs, s.N * s.Di);
     fixed_order_sum(g.gD_part, gD.data_ptr<scalar_t>(), 1, s.Bs, s.Di);
@@ -482,10 +466,10 @@ std::vector<at::Tensor> conv_silu_backward(at::Tensor x, at::Tensor w, at::Tenso
 }
 
 TORCH_LIBRARY(dlmlab_fused_scan, m) {
-  m.def("forward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, int chunk, bool keep,"
-        " bool softplus) -> Tensor[]", &scan_forward);
+  m.def("forward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, int chunk, bool keep)"
+        " -> Tensor[]", &scan_forward);
   m.def("backward(Tensor u, Tensor dt, Tensor At, Tensor B, Tensor C, Tensor D, Tensor z, Tensor ys,"
-        " Tensor gout, Tensor hck, int chunk, bool softplus) -> Tensor[]", &scan_backward);
+        " Tensor gout, Tensor hck, Tensor raw, int chunk) -> Tensor[]", &scan_backward);
   m.def("conv_silu_forward(Tensor x, Tensor wt, Tensor bias) -> Tensor", &conv_silu_forward);
   m.def("conv_silu_backward(Tensor x, Tensor wt, Tensor bias, Tensor gu) -> Tensor[]", &conv_silu_backward);
 }
