@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from dlmlab.metrics import ar_nll_per_window
+from dlmlab.models import TransformerConfig
 from dlmlab.prediff import eval_nelbo_per_window
 from dlmlab.sampling import DecodeConfig, DiffusionSampleConfig, generate, sample_ar, sample_diffusion
 from dlmlab.sampling.deviation import cache_deviation
@@ -44,12 +45,15 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def models(work: Path, pretrain_steps: int, adapt_steps: int):
-    """(AR backbone, PreDiff-LM, token stream) trained (or resumed) under ``work``."""
+    """(AR backbone, PreDiff-LM, token stream) trained (or resumed) under ``work``; the shape is pinned here
+    (the PreDiff cpu preset's shape when this benchmark was written), the training recipe is the preset's."""
     p = PRESETS["cpu"]
     def budget(tc, steps):
         return dataclasses.replace(tc, steps=steps, warmup_steps=min(tc.warmup_steps, steps // 10), progress=False)
 
-    p = dataclasses.replace(p, pretrain=budget(p.pretrain, pretrain_steps), adapt=budget(p.adapt, adapt_steps), seeds=[0])
+    shape = TransformerConfig(d_model=128, n_layers=4, n_heads=4, d_mlp=512, mlp="gelu_new", max_seq_len=128)
+    p = dataclasses.replace(p, model=shape, bpe_vocab=1024, seq_len=64, pretrain=budget(p.pretrain, pretrain_steps),
+                            adapt=budget(p.adapt, adapt_steps), seeds=[0])
     bb, _tok, stream, _info = prediff_backbone.prepare(p, work, progress=False)
     model, _ = prediff_adapt.adapt("prediff", bb, stream, p, work, progress=False)
     return bb.eval(), model.eval(), stream
@@ -79,7 +83,8 @@ def decoders(bb, model, gen_len: int) -> dict:
         "threshold 0.9 (prompt cache, exact)": new(threshold=0.9, cache="prompt"),
         "threshold 0.9, block 16 (prefix, exact)": new(threshold=0.9, block_len=16, cache="prefix"),
         "threshold 0.9, block 16 (dual, approx)": new(threshold=0.9, block_len=16, cache="dual"),
-        "threshold 0.7, block 16 (dual, approx)": new(threshold=0.7, block_len=16, cache="dual"),
+        "threshold 0.5, block 16 (dual, approx)": new(threshold=0.5, block_len=16, cache="dual"),
+        "threshold 0.3, block 16 (dual, approx)": new(threshold=0.3, block_len=16, cache="dual"),
         "factor 1.0, block 16 (prefix, exact)": new(factor=1.0, block_len=16, cache="prefix"),
         "12 steps, block 16 (prefix, exact)": new(steps=12, block_len=16, cache="prefix"),
         "12 steps, block 16 (dual, approx)": new(steps=12, block_len=16, cache="dual"),
