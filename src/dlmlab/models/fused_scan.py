@@ -3,7 +3,7 @@
 Same recurrence, shapes and result as :func:`dlmlab.models.selective_scan.selective_scan`
 (``u, dt`` [B,T,Di], ``A`` [Di,N], ``B, C`` [B,T,N] -> ``y`` [B,T,Di]), optionally with the
 Mamba block's epilogue fused in (``(y + D u) * silu(z)``, ``D`` [Di], ``z`` [B,T,Di]).  The state lives in
-a local [N, 32-channel] array per (batch, channel block), so [B,T,Di,N] is never stored.
+a local [N, 64-channel] array per (batch, channel block), so [B,T,Di,N] is never stored.
 Training keeps only checkpoints of the state every ``chunk`` steps ([B,T/chunk,N,Di]); the
 backward recomputes one chunk at a time and runs the adjoint recurrence in reverse time.
 Work is split over (batch, channel block) with torch's intra-op threads; the cross-channel and
