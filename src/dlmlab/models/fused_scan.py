@@ -2,19 +2,19 @@
 
 Same recurrence, shapes and result as :func:`dlmlab.models.selective_scan.selective_scan`
 (``u, dt`` [B,T,Di], ``A`` [Di,N], ``B, C`` [B,T,N] -> ``y`` [B,T,Di]), optionally with the
-Mamba block's epilogue fused in (``(y + D u) * silu(z)``, ``D`` [Di], ``z`` [B,T,Di]).  The state lives in
-a local [N, 64-channel] array per (batch, channel block), so [B,T,Di,N] is never stored.
-Training keeps only checkpoints of the state every ``chunk`` steps ([B,T/chunk,N,Di]); the
-backward recomputes one chunk at a time and runs the adjoint recurrence in reverse time.
-Work is split over (batch, channel block) with torch's intra-op threads; the cross-channel and
-cross-batch sums of the backward are taken in a fixed order, so results do not depend on the
-thread count.
+Mamba block's epilogue fused in (``(y + D u) * silu(z)``, ``D`` [Di], ``z`` [B,T,Di]) and with
+``dt`` given before its softplus.  The state lives in a local [N, 64-channel] array per (batch,
+channel block), so [B,T,Di,N] is never stored.  Training keeps only checkpoints of the state
+every ``chunk`` steps ([B,T/chunk,N,Di]); the backward (one work item per batch row) recomputes
+one chunk at a time and runs the adjoint recurrence in reverse time.  Work is split with
+torch's intra-op threads; the cross-channel and cross-batch sums of the backward are taken in a
+fixed order, so results do not depend on the thread count.
 
-The extension is compiled once per user, source, torch version and CPU (``-O3 -march=native``,
-about 30-60 s) into ``$XDG_CACHE_HOME/dlmlab/fused_scan/<key>`` (``~/.cache`` by default) and
-loaded from there afterwards.  When it cannot be built (no compiler, no source file) or the
-tensors are not on the CPU, :func:`fused_selective_scan` falls back to the pure-PyTorch chunked
-scan, warning once.
+The extension is compiled once per user, source, flags, torch/Python version and CPU (``-O3
+-march=native``; ~20 s on a loaded 2-core machine) into ``$XDG_CACHE_HOME/dlmlab/fused_scan/<key>``
+(``~/.cache`` by default) and loaded from there afterwards.  When it cannot be built (no
+compiler, no source file), :func:`fused_selective_scan` warns once and falls back to the
+pure-PyTorch chunked scan; tensors off the CPU or of other dtypes take that path silently.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ For every batch b, channel d and state n (``A`` is diagonal, negative)::
 Shapes: ``u, dt`` [B,T,Di] (dt already positive, i.e. after softplus),
 ``A`` [Di,N], ``B, C`` [B,T,N] -> ``y`` [B,T,Di] (no D skip, no gate).
 
+The Mamba block's default is the fused C++ kernel (:mod:`dlmlab.models.fused_scan`); this
+module is its reference and its fallback (``MambaConfig.scan = "chunked"`` / ``"sequential"``).
 Two implementations with identical results:
 
 * :func:`selective_scan_ref` -- the plain sequential loop under autograd
