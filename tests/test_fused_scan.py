@@ -194,3 +194,21 @@ def test_fallback_when_kernel_unavailable(monkeypatch):
         assert torch.equal(y, y2)
     finally:
         fused_scan.load_extension.cache_clear()
+
+
+@needs_kernel
+def test_hooks_inside_the_fused_epilogue_see_the_same_model():
+    """A hook on ``dt`` or ``ssm_out`` (inside the fused kernel) switches that block to the unfused path."""
+    torch.manual_seed(0)
+    m = build_model("mamba", vocab_size=11, n_out=5, d_model=24, n_layers=2, d_state=5).double()
+    assert m.cfg.scan == "fused"
+    tokens = torch.randint(0, 11, (2, 13), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        y = m(tokens)
+        for point in ("dt", "ssm_out"):
+            seen = []
+            remove = getattr(m.blocks[1].mixer, point).attach(lambda x, hp: seen.append(tuple(x.shape)))
+            y_hooked = m(tokens)
+            remove()
+            assert seen == [(2, 13, m.cfg.d_inner)], point
+            torch.testing.assert_close(y_hooked, y, atol=1e-12, rtol=1e-10)
