@@ -9,7 +9,9 @@
 // stored.  The backward (work items: batch rows) recomputes one chunk of states and exp(dt A)
 // from its checkpoint, then runs the adjoint recurrence in reverse time.  Sums over channels (dB,
 // dC) run over the blocks in order, sums over the batch (dA, dD) are reduced afterwards in a fixed
-// order: results do not depend on the number of threads.
+// order: results do not depend on the number of threads (built with FMA contraction, so CPUs with
+// and without FMA may differ by rounding).  Also here: the causal depthwise Conv1D + SiLU of the
+// Mamba block in the [Bs,T,Di] layout (conv_silu_*).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
