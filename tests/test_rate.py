@@ -226,3 +226,80 @@ def test_cli_serves_on_localhost_and_stops_on_ctrl_c(tmp_path):
             proc.wait(timeout=10)
     assert proc.returncode == 0
     assert "no choices stored" in out
+
+
+# --- hardening (issue 13, defect 9) ------------------------------------------------------------------
+def _raw(base, method, path, body=b"", headers=None, timeout=10):
+    """(status, parsed JSON body) of a request sent with http.client, whose headers we fully control."""
+    import http.client
+    from urllib.parse import urlparse
+
+    u = urlparse(base)
+    con = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    try:
+        con.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for k, v in (headers or {}).items():
+            con.putheader(k, v)
+        con.endheaders(body or None)
+        r = con.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        con.close()
+
+
+def test_deeply_nested_json_is_a_400_not_a_dropped_connection(server):
+    srv, base = server
+    host = f"127.0.0.1:{srv.server_address[1]}"
+    body = b"[" * 32768 + b"]" * 32768  # 64 KB of nested brackets
+    status, reply = _raw(base, "POST", "/api/choice", body,
+                         {"Host": host, "Content-Type": "application/json", "Content-Length": str(len(body))})
+    assert status == 400 and "nested too deeply" in reply["error"]
+    # the server still answers
+    assert json.loads(_get(base + "/api/next")[1])["total"] == 4
+
+
+def test_a_body_shorter_than_its_content_length_times_out(tmp_path, monkeypatch):
+    import socket
+    import time
+
+    import dlmlab.rating.server as server_mod
+
+    monkeypatch.setattr(server_mod, "TIMEOUT_S", 1.0, raising=False)
+    write_samples(tmp_path)
+    srv = make_server(tmp_path / "samples.jsonl", tmp_path / "ratings.sqlite", port=0, seed=0)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        port = srv.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+            t0 = time.monotonic()
+            s.sendall(f"POST /api/choice HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: 1000\r\n\r\n{{\"token\": ".encode())
+            reply = s.recv(4096).decode(errors="replace")  # blocks until the server answers or closes
+            waited = time.monotonic() - t0
+        assert waited < 10, f"the server held the connection for {waited:.1f} s"
+        assert reply == "" or reply.startswith("HTTP/1.0 408") or reply.startswith("HTTP/1.1 408"), reply
+        # a stalled client holds no thread forever: the server goes on answering
+        assert json.loads(_get(f"http://127.0.0.1:{port}/api/next")[1])["total"] == 4
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(timeout=5)
+
+
+@pytest.mark.parametrize("host, ok", [
+    ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("localhost", True), ("LOCALHOST:9000", True),
+    ("evil.example", False), ("evil.example:{port}", False), ("127.0.0.1.evil.example:{port}", False),
+    ("", False),
+])
+def test_only_localhost_host_headers_are_answered(server, host, ok):
+    srv, base = server
+    headers = {"Host": host.format(port=srv.server_address[1])} if host else {}
+    status, reply = _raw(base, "GET", "/api/next", headers=headers)
+    if ok:
+        assert status == 200 and reply["total"] == 4
+    else:
+        assert status == 403 and "localhost" in reply["error"]
+    status, _ = _raw(base, "POST", "/api/choice", b'{"token": "x", "choice": "left"}',
+                     {**headers, "Content-Type": "application/json", "Content-Length": "32"})
+    assert status == (409 if ok else 403)

@@ -7,16 +7,18 @@ import os
 import sys
 from pathlib import Path
 
-from dlmlab.studies import STUDIES, load_study
+from dlmlab import outdir, studies
 from dlmlab.studies.parallel import ENV_WORKERS
 from dlmlab.training.distributed import is_main_process
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("study", choices=[*STUDIES, "all"], help="which study to run")
+    # studies.STUDIES read now, not bound at import (tests replace it with fakes)
+    p.add_argument("study", choices=[*studies.STUDIES, "all"], help="which study to run")
     p.add_argument("--preset", default="cpu", choices=["smoke", "cpu", "paper"],
                    help="smoke: seconds, for CI; cpu: minutes on 2 cores; paper: the study's scale, for a GPU")
-    p.add_argument("--out", required=True, help="output directory (results.json, report.md, figures/)")
+    p.add_argument("--out", required=True,
+                   help="output directory (results.json, report.md, figures/); one run at a time per directory")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--workers", type=_positive_int, default=None,
                    help=f"processes that train a study's independent small models side by side (default: "
@@ -35,6 +37,11 @@ def _positive_int(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    with outdir.locked(out, f"dlmlab reproduce {args.study}"), outdir.write_errors(out):
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: Path) -> int:
     if args.workers is not None:
         os.environ[ENV_WORKERS] = str(args.workers)  # read by every study (dlmlab.studies.parallel)
     if args.study == "all":
@@ -48,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"report: {path}")
         return 0
-    study = load_study(args.study)
+    study = studies.load_study(args.study)
     study.run(args.preset, out, progress=not args.no_progress)
     if is_main_process():  # under torchrun every rank runs the study; rank 0 wrote the files
         print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 
+from dlmlab import outdir
+from dlmlab.files import strict_json
 from dlmlab.training.lm import load_run_config, run_training
 
 
@@ -16,6 +18,8 @@ The config has four sections (any may be omitted; unknown fields are errors):
 The run directory receives config.json, tokenizer.json, metrics.jsonl (one JSON row per
 logged step), checkpoints/step_N/{model,optimizer}.safetensors + state.json, and eval.json.
 Re-running the same command resumes exactly from the latest checkpoint (also after kill -9).
+--no-resume starts over: an earlier run's files are moved into DIR/previous-<time>/, not deleted.
+One run at a time per DIR: a second command on a DIR in use stops with an error (DIR/.dlmlab.lock).
 
 examples:
   dlmlab train configs/shakespeare_ar.yaml --out runs/ar
@@ -28,18 +32,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
     p.add_argument("config", help="YAML run config (see configs/)")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory (resumed if it holds a checkpoint)")
-    p.add_argument("--no-resume", action="store_true", help="start over even if DIR holds a checkpoint")
+    p.add_argument("--no-resume", action="store_true",
+                   help="start over even if DIR holds a run (its files are moved to DIR/previous-<time>/)")
     p.add_argument("--steps", type=int, help="override train.steps")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config)
-    if args.steps is not None:
-        cfg.train.steps = args.steps
-        cfg.train.validate()
-    result = run_training(cfg, args.out, resume=not args.no_resume)
+    if args.steps is not None:  # replace() checks the changed config again
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=args.steps))
+    with outdir.locked(args.out, "dlmlab train"), outdir.write_errors(args.out):
+        result = run_training(cfg, args.out, resume=not args.no_resume)
     from dlmlab.training.distributed import init_from_env
 
     if init_from_env().is_main:
-        print(json.dumps({"out": args.out, "eval": result["eval"]}))
+        print(strict_json({"out": args.out, "eval": result["eval"]}))
     return 0

@@ -4,13 +4,20 @@ Routes: ``GET /`` page, ``GET /api/next`` -> ``{token, prompt, left, right, rate
 ``{done: true, ...}``, ``POST /api/choice`` ``{token, choice: left|right|tie}``, ``GET /results``
 (win rates, HTML) and ``GET /api/results`` (JSON).  Method names never reach the rating page: the
 server keeps which sample is on which side behind a random token.
+
+Hardening: a request whose ``Host`` is not ``localhost`` / ``127.0.0.1`` (any port) is refused with
+403 (a web page cannot reach the server through a DNS name of its own, "DNS rebinding"); a socket
+that sends nothing for ``timeout`` seconds (a body shorter than its Content-Length, a stalled
+header) is closed instead of holding a thread; JSON nested too deeply is a 400, like any bad body.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import secrets
+import socket
 import threading
 from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +30,17 @@ from dlmlab.rating.store import CHOICES, RatingStore
 HOST = "127.0.0.1"
 MAX_PENDING = 1000
 MAX_BODY = 64 * 1024
+TIMEOUT_S = 10.0  # seconds a connection may stay silent (socket timeout)
+ALLOWED_HOSTS = ("127.0.0.1", "localhost")
+_HOST = re.compile(r"^(?P<name>[^:\[\]]+)(?::(?P<port>\d{1,5}))?$")
+
+
+def host_allowed(value: str | None) -> bool:
+    """``localhost`` or ``127.0.0.1``, with or without a port (a tunnel may forward another port)."""
+    if not value:
+        return False
+    m = _HOST.match(value.strip())
+    return bool(m) and m.group("name").lower().rstrip(".") in ALLOWED_HOSTS
 
 
 class RatingApp:
@@ -66,9 +84,25 @@ class RatingApp:
         return self.store.record(*item, choice)
 
 
-def _handler(app: RatingApp) -> type[BaseHTTPRequestHandler]:
+def _handler(app: RatingApp, timeout: float = TIMEOUT_S) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "dlmlab-rate"
+
+        def setup(self) -> None:
+            self.timeout = timeout  # StreamRequestHandler applies it to the socket
+            super().setup()
+
+        def handle_one_request(self) -> None:
+            try:
+                super().handle_one_request()
+            except (TimeoutError, socket.timeout):
+                self.close_connection = True  # a silent client: drop it, free the thread
+
+        def _host_ok(self) -> bool:
+            if host_allowed(self.headers.get("Host")):
+                return True
+            self._json(403, {"error": "this server answers only to Host localhost or 127.0.0.1"})
+            return False
 
         def log_message(self, fmt: str, *args) -> None:  # quiet: no per-request lines
             pass
@@ -87,6 +121,8 @@ def _handler(app: RatingApp) -> type[BaseHTTPRequestHandler]:
             self._send(code, json.dumps(obj), "application/json")
 
         def do_GET(self) -> None:  # noqa: N802
+            if not self._host_ok():
+                return
             path = self.path.split("?", 1)[0]
             if path == "/":
                 self._send(200, RATE_PAGE, "text/html; charset=utf-8")
@@ -105,6 +141,8 @@ def _handler(app: RatingApp) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": f"no such page: {path}"})
 
         def do_POST(self) -> None:  # noqa: N802
+            if not self._host_ok():
+                return
             if self.path != "/api/choice":
                 return self._json(404, {"error": f"no such endpoint: {self.path}"})
             if not self.headers.get("Content-Type", "").startswith("application/json"):
@@ -113,9 +151,19 @@ def _handler(app: RatingApp) -> type[BaseHTTPRequestHandler]:
                 n = int(self.headers.get("Content-Length", "0"))
                 if not 0 < n <= MAX_BODY:
                     raise ValueError("bad Content-Length")
-                body = json.loads(self.rfile.read(n))
+                data = self.rfile.read(n)
+                if len(data) < n:
+                    raise ValueError("body shorter than its Content-Length")
+                body = json.loads(data)
+                if not isinstance(body, dict):
+                    raise ValueError("expected a JSON object {token, choice}")
                 token, choice = str(body["token"]), str(body["choice"])
                 row = app.choose(token, choice)
+            except (TimeoutError, socket.timeout):
+                self.close_connection = True
+                return self._json(408, {"error": f"request body not received within {timeout:g} s"})
+            except RecursionError:
+                return self._json(400, {"error": "bad request: JSON nested too deeply"})
             except (ValueError, KeyError, TypeError) as e:
                 return self._json(400, {"error": f"bad request: {e}"})
             if row is None:
@@ -126,10 +174,12 @@ def _handler(app: RatingApp) -> type[BaseHTTPRequestHandler]:
 
 
 def make_server(samples_path: str | Path, db_path: str | Path, port: int = 8765,
-                seed: int | None = None) -> ThreadingHTTPServer:
-    """A server on 127.0.0.1:``port`` (0 = any free port); call ``serve_forever()`` on it."""
+                seed: int | None = None, timeout: float | None = None) -> ThreadingHTTPServer:
+    """A server on 127.0.0.1:``port`` (0 = any free port); call ``serve_forever()`` on it.
+
+    ``timeout``: seconds a connection may send nothing before it is closed (default ``TIMEOUT_S``)."""
     app = RatingApp(samples_path, db_path, seed)
-    server = ThreadingHTTPServer((HOST, port), _handler(app))
+    server = ThreadingHTTPServer((HOST, port), _handler(app, TIMEOUT_S if timeout is None else timeout))
     server.daemon_threads = True
     server.app = app  # type: ignore[attr-defined]
     return server

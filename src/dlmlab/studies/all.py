@@ -25,8 +25,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dlmlab import studies
-from dlmlab.files import atomic_write_text
+from dlmlab import outdir, studies
+from dlmlab.errors import UserError
+from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.report.html import fmt_duration, write_report
 from dlmlab.report.results import load_results
 from dlmlab.training.distributed import is_main_process, sync
@@ -41,6 +42,10 @@ class StudiesFailed(RuntimeError):
     def __init__(self, message: str, report: Path):
         super().__init__(message)
         self.report = report
+
+
+class PresetMismatch(UserError, ValueError):
+    """The output folder holds results of another preset."""
 
 
 @dataclass
@@ -97,14 +102,14 @@ def _check_presets(out: Path, preset: str, names: list[str]) -> None:
     """Refuse to mix presets in one output directory (finished results or half-run checkpoints)."""
     prev = _read_manifest(out).get("preset")
     if prev and prev != preset:
-        raise ValueError(
+        raise PresetMismatch(
             f"{out} holds a '--preset {prev}' run (see {out / MANIFEST}); "
             f"use another --out for '--preset {preset}' or delete {out}"
         )
     for name in names:
         res = _finished(out, name)
         if res is not None and res.get("preset") != preset:
-            raise ValueError(
+            raise PresetMismatch(
                 f"{out / name / 'results.json'} was made with --preset {res.get('preset')!r}, not {preset!r}; "
                 f"use another --out or delete {out / name}"
             )
@@ -173,7 +178,7 @@ def _write_outputs(out: Path, preset: str, runs: list[StudyRun], env: dict, star
         "studies": {r.name: asdict(r) for r in runs},
         "environment": env,
     }
-    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1))
+    atomic_write_text(out / MANIFEST, strict_json(manifest, indent=1))
     return write_report(out, manifest)
 
 
@@ -181,9 +186,15 @@ def run_all(preset: str, out: str | Path, progress: bool = True) -> Path:
     """Run every registered study at ``preset`` into ``out/<study>/``; returns ``out/report.html``.
 
     Raises :class:`StudiesFailed` (after writing the report) when a study crashed or is missing,
-    and ``ValueError`` when ``out`` already holds results of another preset.
+    and a :class:`~dlmlab.errors.UserError` when ``out`` already holds results of another preset or
+    is in use by another run (the folder is locked while this runs; each study's folder while it runs).
     """
     out = Path(out)
+    with outdir.locked(out, f"reproduce all --preset {preset}"):
+        return _run_all(preset, out, progress)
+
+
+def _run_all(preset: str, out: Path, progress: bool) -> Path:
     names = list(studies.STUDIES)
     main = is_main_process()
     _check_presets(out, preset, names)
@@ -245,7 +256,8 @@ def run_all(preset: str, out: str | Path, progress: bool = True) -> Path:
                 if preset not in getattr(mod, "PRESETS", {}):
                     raise ValueError(f"study {r.name!r} has no preset {preset!r} "
                                      f"(has {sorted(getattr(mod, 'PRESETS', {}))})")
-                result = mod.run(preset, sdir, progress=progress)
+                with outdir.locked(sdir, f"reproduce all: {r.name}"):
+                    result = mod.run(preset, sdir, progress=progress)
                 r.wall_time_s = time.perf_counter() - t0
                 sync()  # under torchrun: wait until rank 0 has written the study's files
                 res = _finished(out, r.name)

@@ -5,21 +5,35 @@ core idle.  :func:`map_jobs` runs the jobs on ``workers`` one-thread processes i
 seeds itself, and single-threaded CPU kernels are deterministic, so the results do not depend on the
 number of workers (tests check this).  Under ``torchrun`` the ranks already share the work, so
 :func:`default_workers` is 1 there.
+
+Workers end with the process that started them, however it ends (``kill -9`` included): on Linux
+the kernel sends them SIGKILL when it dies (``prctl(PR_SET_PDEATHSIG)``), and everywhere a watcher
+thread exits a worker whose parent has gone.  The multiprocessing resource tracker then sees its
+last client go and exits too, so nothing is left holding the dead run's terminal or output pipes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
-import torch
 from tqdm.auto import tqdm
 
+from dlmlab.errors import UserError
 from dlmlab.progress import bar, set_worker_line
 
 ENV_WORKERS = "DLMLAB_WORKERS"
+
+
+class WorkersSettingError(UserError, ValueError):
+    """``$DLMLAB_WORKERS`` is not a whole number >= 1."""
 
 
 def available_cores() -> int:
@@ -37,23 +51,55 @@ def default_workers(device: str = "cpu") -> int:
         try:
             n = int(env)
         except ValueError:
-            raise ValueError(f"{ENV_WORKERS} must be a whole number >= 1, got {env!r}") from None
+            raise WorkersSettingError(f"{ENV_WORKERS} must be a whole number >= 1, got {env!r}") from None
         if n < 1:
-            raise ValueError(f"{ENV_WORKERS} must be >= 1, got {n}")
+            raise WorkersSettingError(f"{ENV_WORKERS} must be >= 1, got {n}")
         return n
+    import torch  # imported here: a worker imports this module first and must not wait for torch (see below)
+
     on_gpu = str(device).startswith("cuda") or (str(device) == "auto" and torch.cuda.is_available())
     if on_gpu or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return 1
     return available_cores()
 
 
-def _init_worker(counter, lock, first_line: int, threads: int) -> None:
+PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when process ``parent`` (its parent) ends, also by ``kill -9``."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watcher below still works
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="dlmlab-parent-watch", daemon=True).start()
+
+
+def _init_worker(counter, lock, first_line: int, threads: int, parent: int | None = None) -> None:
+    # First thing in a new worker, before anything slow is imported (this module imports torch lazily):
+    # a kill of the parent during the worker's start-up must not leave the worker behind.
+    if parent is not None:
+        die_with_parent(parent)
     with lock:
         counter.value += 1
         slot = counter.value
     tqdm.set_lock(lock)
     set_worker_line(first_line + slot - 1)
     if threads:
+        import torch
+
         torch.set_num_threads(threads)
 
 
@@ -85,7 +131,7 @@ def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, desc: 
         first_line = outer.pos + 1 if progress else 0
         results = [None] * len(jobs)
         ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(counter, lock, first_line, threads))
+                                 initargs=(counter, lock, first_line, threads, os.getpid()))
         try:
             futures = {ex.submit(fn, *job): i for i, job in enumerate(jobs)}
             pending = set(futures)

@@ -2,24 +2,48 @@
 
 Layout: ``DIR/checkpoints/step_0000100/{model.safetensors, optimizer.safetensors, state.json}``
 and ``DIR/checkpoints/latest.json`` -> ``{"step": 100, "path": "step_0000100"}``.
+
+A checkpoint folder only ever appears complete: it is written as ``step_N.partial`` and renamed, and
+one that is removed (pruned or replaced) is first renamed to ``step_N.deleting`` and only then
+deleted, so a kill at any moment leaves no half checkpoint under a ``step_N`` name.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from dlmlab.files import atomic_write_text
 from dlmlab.errors import UserError
+from dlmlab.files import atomic_write_text, strict_json
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 class CheckpointError(UserError, RuntimeError):
-    """A checkpoint is missing, incomplete or does not match the model."""
+    """A checkpoint is missing, incomplete, corrupt or does not match the model."""
+
+
+def _io_error(e: Exception, path: Path) -> Exception:
+    """safetensors reports I/O failures (a full disk) as SafetensorError '... (os error 28)': make it an OSError."""
+    m = re.search(r"os error (\d+)", str(e))
+    if m:
+        code = int(m.group(1))
+        return OSError(code, os.strerror(code), str(path))
+    return e
+
+
+def _save(write, path: Path) -> None:
+    try:
+        write()
+    except SafetensorError as e:
+        raise _io_error(e, path) from e
 
 
 def save_optimizer(opt: torch.optim.Optimizer, path: Path) -> dict:
@@ -32,73 +56,128 @@ def save_optimizer(opt: torch.optim.Optimizer, path: Path) -> dict:
                 tensors[f"{idx}.{k}"] = v.detach().contiguous().clone()
             else:
                 scalars[f"{idx}.{k}"] = v
-    save_file(tensors, str(path))
+    _save(lambda: save_file(tensors, str(path)), path)
     return {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
+def _corrupt(path: Path, e: Exception) -> CheckpointError:
+    detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return CheckpointError(f"{path} is corrupt or truncated ({detail}); {_fall_back(path.parent)}")
+
+
+def _fall_back(ck: Path) -> str:
+    """What to do about a bad checkpoint folder ``ck``."""
+    return (f"delete {ck} and {ck.parent / 'latest.json'} to fall back to an earlier checkpoint, "
+            f"or start over with --no-resume")
+
+
 def load_optimizer(opt: torch.optim.Optimizer, path: Path, meta: dict) -> None:
-    tensors = load_file(str(path))
-    state: dict[int, dict] = {}
-    for key, v in tensors.items():
-        idx, k = key.split(".", 1)
-        state.setdefault(int(idx), {})[k] = v
-    for key, v in meta.get("scalars", {}).items():
-        idx, k = key.split(".", 1)
-        state.setdefault(int(idx), {})[k] = v
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"no {path.name} in {path.parent} (incomplete checkpoint); {_fall_back(path.parent)}")
     try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise _corrupt(path, e) from None
+    state: dict[int, dict] = {}
+    try:
+        for key, v in tensors.items():
+            idx, k = key.split(".", 1)
+            state.setdefault(int(idx), {})[k] = v
+        for key, v in meta.get("scalars", {}).items():
+            idx, k = key.split(".", 1)
+            state.setdefault(int(idx), {})[k] = v
         opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"optimizer state in {path} does not match this model: {e}") from None
+
+
+def _remove(path: Path) -> None:
+    """Delete checkpoint folder ``path``: renamed out of the listed names first, then removed."""
+    trash = path.with_name(f"{path.name}.deleting")
+    if trash.exists():
+        shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer | None,
                     state: dict, keep: int = 2) -> Path:
-    """Write checkpoint ``step`` under ``root/checkpoints`` atomically and prune old ones."""
+    """Write checkpoint ``step`` under ``root/checkpoints`` atomically and prune old ones.
+
+    Pruning keeps the ``keep`` newest checkpoints up to ``step`` (this run's newest) and never touches
+    a checkpoint of a later step (another run's, which ``--no-resume`` moves aside before training).
+    """
     ckdir = Path(root) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
+    for stale in list(ckdir.glob("step_*.partial")) + list(ckdir.glob("step_*.deleting")):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a kill mid-write / mid-delete
     name = f"step_{step:07d}"
     tmp = ckdir / (name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    meta = dict(state, step=step)
-    if opt is not None:
-        meta["optimizer"] = save_optimizer(opt, tmp / "optimizer.safetensors")
-    (tmp / "state.json").write_text(json.dumps(meta, indent=1, default=str))
-    final = ckdir / name
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        _save(lambda: save_model(model, str(tmp / "model.safetensors")), tmp / "model.safetensors")
+        meta = dict(state, step=step)
+        if opt is not None:
+            meta["optimizer"] = save_optimizer(opt, tmp / "optimizer.safetensors")
+        (tmp / "state.json").write_text(strict_json(meta, indent=1, default=str))
+        final = ckdir / name
+        if final.exists():
+            _remove(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     atomic_write_text(ckdir / "latest.json", json.dumps({"step": step, "path": name}))
     if keep:
-        steps = sorted(p for p in ckdir.glob("step_*") if p.is_dir() and not p.name.endswith(".partial"))
-        for old in steps[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        older = [p for s, p in list_checkpoints(root) if s <= step]
+        for old in older[:-keep]:
+            _remove(old)
     return final
 
 
+def _complete(path: Path) -> bool:
+    return (path / "state.json").is_file() and (path / "model.safetensors").is_file()
+
+
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every complete checkpoint under ``root/checkpoints``, by step."""
     ckdir = Path(root) / "checkpoints"
     out = []
-    for p in sorted(ckdir.glob("step_*")):
-        if p.is_dir() and not p.name.endswith(".partial") and (p / "state.json").exists():
-            out.append((int(p.name.split("_")[1]), p))
-    return out
+    if ckdir.is_dir():
+        for p in ckdir.iterdir():
+            m = _STEP_DIR.match(p.name)
+            if m and p.is_dir() and _complete(p):
+                out.append((int(m.group(1)), p))
+    return sorted(out)
 
 
 def latest_checkpoint(root: Path) -> Path | None:
+    """The checkpoint ``latest.json`` names; without ``latest.json`` the newest complete one (or ``None``).
+
+    (``latest.json`` is written right after a checkpoint is renamed into place, so a kill in between
+    leaves a complete checkpoint that it does not name yet.)
+    """
     ptr = Path(root) / "checkpoints" / "latest.json"
     if not ptr.exists():
-        return None
+        cks = list_checkpoints(root)
+        return cks[-1][1] if cks else None
+    cks = list_checkpoints(root)
+    fallback = (f"; delete {ptr} to resume from the newest complete checkpoint ({cks[-1][1].name})" if cks
+                else "; delete it to start over")
     try:
         info = json.loads(ptr.read_text())
         path = ptr.parent / info["path"]
-    except (json.JSONDecodeError, KeyError) as e:
-        raise CheckpointError(f"{ptr} is corrupt ({e}); delete it to start over") from None
-    if not (path / "state.json").exists():
-        raise CheckpointError(f"{ptr} points to {path}, which is missing or incomplete")
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{ptr} is corrupt ({e}){fallback}") from None
+    if not _complete(path):
+        raise CheckpointError(f"{ptr} points to {path}, which is missing or incomplete{fallback}")
     return path
+
+
+def _shape_mismatches(model: torch.nn.Module, shapes: dict[str, tuple]) -> list[str]:
+    return [f"{k}: file {list(shapes[k])} vs model {list(v.shape)}" for k, v in model.state_dict().items()
+            if k in shapes and tuple(shapes[k]) != tuple(v.shape)]
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer | None = None) -> dict:
@@ -108,15 +187,27 @@ def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     if not mfile.exists():
         raise CheckpointError(f"no model.safetensors in {path}")
     try:
+        with safe_open(str(mfile), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise _corrupt(mfile, e) from None
+    bad = _shape_mismatches(model, shapes)
+    if bad:
+        raise CheckpointError(f"weights in {mfile} do not fit this model: {len(bad)} shape mismatch(es): "
+                              + "; ".join(bad))
+    try:
         missing, unexpected = load_model(model, str(mfile), strict=False)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise _corrupt(mfile, e) from None
     except RuntimeError as e:
-        raise CheckpointError(f"weights in {mfile} do not fit this model: {str(e).splitlines()[0]}") from None
+        raise CheckpointError(f"weights in {mfile} do not fit this model: {' '.join(str(e).split())}") from None
     if missing or unexpected:
-        raise CheckpointError(f"weights in {mfile} do not fit this model: missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}")
+        raise CheckpointError(f"weights in {mfile} do not fit this model: missing {sorted(missing)}, "
+                              f"unexpected {sorted(unexpected)}")
     try:
         state = json.loads((path / "state.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path / 'state.json'} unreadable: {e}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path / 'state.json'} unreadable ({e}); {_fall_back(path)}") from None
     if opt is not None and "optimizer" in state:
         load_optimizer(opt, path / "optimizer.safetensors", state["optimizer"])
     return state

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from dlmlab.errors import UserError
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -24,16 +26,31 @@ class DistContext:
             return x
         n = x.shape[0]
         if n % self.world_size:
-            raise ValueError(f"global batch {n} is not divisible by {self.world_size} processes")
+            raise UserError(f"train.batch_size (the global batch) {n} is not divisible by {self.world_size} "
+                            f"processes; choose a multiple of {self.world_size}")
         per = n // self.world_size
         return x[self.rank * per:(self.rank + 1) * per]
+
+    def _tensor(self, value: float) -> torch.Tensor:
+        # nccl reduces CUDA tensors only
+        on_gpu = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+        return torch.tensor([value], dtype=torch.float64, device=device)
 
     def mean(self, value: float) -> float:
         if self.world_size == 1:
             return value
-        t = torch.tensor([value], dtype=torch.float64)
+        t = self._tensor(value)
         dist.all_reduce(t)
         return float(t.item() / self.world_size)
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on some rank (so all ranks take the same branch)."""
+        if self.world_size == 1:
+            return bool(flag)
+        t = self._tensor(1.0 if flag else 0.0)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
 
     def barrier(self) -> None:
         if self.world_size > 1:

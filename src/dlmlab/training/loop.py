@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -18,10 +20,16 @@ from typing import Callable
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from dlmlab import outdir
+from dlmlab.errors import UserError
+from dlmlab.files import strict_json
 from dlmlab.progress import bar as progress_bar
-from dlmlab.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from dlmlab.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from dlmlab.training.config import TrainConfig, lr_at
 from dlmlab.training.distributed import DistContext, init_from_env
+
+# What train() writes into its folder; with resume=False an earlier run's are moved aside first.
+TRAIN_FILES = ("checkpoints", "metrics.jsonl")
 
 Batch = dict[str, torch.Tensor]
 MakeBatch = Callable[[int, torch.Generator], Batch]
@@ -33,15 +41,26 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
+# SSM parameters that the reference Mamba / Mamba-2 implementations keep out of weight decay
+# (``_no_weight_decay``): the state decay rates, the skip connection and the step-size bias.
+NO_DECAY_NAMES = frozenset({"A_log", "D", "dt_bias"})
+
+
+class NonFiniteLoss(UserError):
+    """The loss (or gradient norm) became NaN or infinite; the run stopped."""
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not biases, norms, or 1-D params)."""
+    """AdamW with weight decay on matrices only: not on biases, norms or other 1-D params, nor on the
+    SSM parameters ``A_log``, ``D``, ``dt_bias`` (of any shape)."""
     decay, no_decay = [], []
     seen = set()
-    for p in model.parameters():
+    for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if p.dim() >= 2 else no_decay).append(p)
+        plain = p.dim() >= 2 and name.rsplit(".", 1)[-1] not in NO_DECAY_NAMES
+        (decay if plain else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
@@ -59,6 +78,20 @@ def _read_metrics(path: Path, upto: int) -> list[dict]:
     return rows
 
 
+def _stop_non_finite(steps: str, out: Path | None, what: str) -> NonFiniteLoss:
+    where = ""
+    if out is not None:
+        cks = list_checkpoints(out)
+        where = (f"; the last good checkpoint is {cks[-1][1]} (step {cks[-1][0]})" if cks
+                 else "; no checkpoint was written")
+    return NonFiniteLoss(f"training stopped at {steps}: the {what} became NaN or infinite{where}; "
+                         f"lower train.lr, set train.grad_clip, or check the data")
+
+
+def _all_finite(model: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
 def train(
     model: torch.nn.Module,
     cfg: TrainConfig,
@@ -74,29 +107,50 @@ def train(
     """Train ``model`` in place for ``cfg.steps`` steps; returns the metric rows.
 
     With ``out_dir`` metrics go to ``out_dir/metrics.jsonl`` and checkpoints to
-    ``out_dir/checkpoints``; an existing checkpoint is resumed when ``resume``.
+    ``out_dir/checkpoints``; an existing checkpoint is resumed when ``resume``, else an earlier run's
+    metrics and checkpoints are moved into ``out_dir/previous-<time>/`` first.  The folder is locked
+    while training (:mod:`dlmlab.outdir`).  A loss or gradient norm that becomes NaN / inf stops the
+    run with :class:`NonFiniteLoss` (checked at every logged step and before every checkpoint, so
+    the newest checkpoint is the last good one).
     """
     ctx = ctx or init_from_env()
     out = Path(out_dir) if out_dir is not None else None
+    with ExitStack() as stack:
+        if out is not None:
+            stack.enter_context(outdir.locked(out, "train"))  # rank 0 only; re-entrant in one process
+            stack.enter_context(outdir.write_errors(out))
+        return _train(model, cfg, make_batch, loss_fn, out, eval_fn, resume, extra_state, desc, ctx)
+
+
+def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out: Path | None,
+           eval_fn: EvalFn | None, resume: bool, extra_state: dict | None, desc: str,
+           ctx: DistContext) -> list[dict]:
     opt = make_optimizer(model, cfg)
     start = 0
     history: list[dict] = []
     metrics_path = out / "metrics.jsonl" if out else None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        if not resume and ctx.is_main:  # start from an empty folder: an earlier run is moved aside, not mixed in
+            set_aside = outdir.move_aside(out, TRAIN_FILES)
+            if set_aside is not None:
+                print(f"starting over: moved the earlier run's files in {out} to {set_aside}", file=sys.stderr)
+        ctx.barrier()
         ck = latest_checkpoint(out) if resume else None
         if ck is not None:
             state = load_checkpoint(ck, model, opt)
             start = int(state["step"])
             history = _read_metrics(metrics_path, start)
         if ctx.is_main:  # rewrite metrics so rows after the checkpoint (from a killed run) vanish
-            tmp = metrics_path.with_name("metrics.jsonl.tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in history))
+            tmp = metrics_path.with_name(f"metrics.jsonl.{os.getpid()}.tmp")
+            tmp.write_text("".join(strict_json(r) + "\n" for r in history))
             os.replace(tmp, metrics_path)
     net = DDP(model) if ctx.world_size > 1 else model
     state_extra = {"train_config": asdict(cfg), **(extra_state or {})}
 
     def checkpoint(step: int) -> None:
+        # never save weights that are already NaN / inf: the last good checkpoint must stay the newest
+        if ctx.any(not _all_finite(model)):
+            raise _stop_non_finite(f"step {step}", out, "weights")
         if out is not None and ctx.is_main:
             save_checkpoint(out, step, model, opt, state_extra, keep=cfg.keep_checkpoints)
         ctx.barrier()
@@ -106,6 +160,8 @@ def train(
     log = open(metrics_path, "a") if (metrics_path and ctx.is_main) else None
     try:
         model.train()
+        bad = None  # device-side flag: a non-finite loss / grad norm since the last check (no sync per step)
+        bad_step = 0
         for step in range(start + 1, cfg.steps + 1):
             lr = lr_at(cfg, step)
             for g in opt.param_groups:
@@ -115,9 +171,23 @@ def train(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip else None
+            now_bad = ~torch.isfinite(loss.detach())
+            if gnorm is not None:
+                now_bad = now_bad | ~torch.isfinite(gnorm)
+            if bad is None:
+                bad, bad_step = now_bad, step
+            else:
+                bad = bad | now_bad
             opt.step()
             bar.update(1)
-            if step % cfg.log_every == 0 or step == cfg.steps:
+            logged = step % cfg.log_every == 0 or step == cfg.steps
+            saving = cfg.ckpt_every and step % cfg.ckpt_every == 0 and step != cfg.steps
+            if logged or saving:
+                if ctx.any(bool(bad)):
+                    steps = f"step {step}" if bad_step == step else f"steps {bad_step}-{step}"
+                    raise _stop_non_finite(steps, out, "loss or gradient norm")
+                bad = None
+            if logged:
                 row = {"step": step, "lr": lr, **{k: ctx.mean(float(v)) for k, v in metrics.items()}}
                 if gnorm is not None:
                     row["grad_norm"] = float(gnorm)
@@ -129,9 +199,9 @@ def train(
                 history.append(row)
                 bar.set_postfix(loss=f"{row.get('loss', float('nan')):.4f}")
                 if log is not None:
-                    log.write(json.dumps(row) + "\n")
+                    log.write(strict_json(row) + "\n")
                     log.flush()
-            if cfg.ckpt_every and step % cfg.ckpt_every == 0 and step != cfg.steps:
+            if saving:
                 checkpoint(step)
         if start < cfg.steps or (out is not None and latest_checkpoint(out) is None):
             checkpoint(cfg.steps)
