@@ -422,3 +422,19 @@ def test_no_weight_decay_on_ssm_a_log_d_dt_bias(kind):
         elif name.endswith("in_proj.weight"):
             assert decay_of[id(p)] == 0.1, f"{name} should get weight decay"
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == sum(p.numel() for p in model.parameters())
+
+
+def test_results_json_is_strict_json_even_with_nan(tmp_path):
+    import json as _json
+
+    from dlmlab.report import StudyResult, write_study
+
+    res = StudyResult(study="x", preset="smoke", config={}, results={"a": float("nan"), "b": [float("inf"), 1.0]},
+                      tables=[], figures=[], claims=[], wall_time_s=1.0, setup="")
+    write_study(tmp_path, res, "T")
+
+    def refuse(token):
+        raise AssertionError(f"non-strict JSON token {token}")
+
+    data = _json.loads((tmp_path / "results.json").read_text(), parse_constant=refuse)
+    assert data["results"] == {"a": None, "b": [None, 1.0]}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.report.claims import Claim
 from dlmlab.training.distributed import is_main_process
 
@@ -144,12 +145,8 @@ def write_study(out: str | Path, res: StudyResult, title: str) -> Path:
         return out / "results.json"
     out.mkdir(parents=True, exist_ok=True)
     data = _clean(res.to_dict())
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, out / "results.json")
-    tmp = out / "report.md.tmp"
-    tmp.write_text(render_markdown(res, title))
-    os.replace(tmp, out / "report.md")
+    atomic_write_text(out / "results.json", strict_json(data, indent=1))  # NaN / inf -> null: strict JSON
+    atomic_write_text(out / "report.md", render_markdown(res, title))
     return out / "results.json"
 
 
