@@ -113,14 +113,7 @@ def test_smoke_study_gives_the_same_results_on_one_and_two_workers(name, tmp_pat
     assert_same_results(one, smoke_results(name, tmp_path / "2", "2", monkeypatch), name)
 
 
-PREDIFF_AMBIENT_THREADS = pytest.mark.xfail(
-    reason="prediff pretrains its backbone, and map_jobs runs its one-worker jobs, at the caller's torch thread "
-           "count (the machine's cores outside the tests); needs torch_threads(threads) around map_jobs' in-process "
-           "loop and around prediff's run", strict=False)
-
-
-@pytest.mark.parametrize("name", [n if n != "prediff" else pytest.param(n, marks=PREDIFF_AMBIENT_THREADS)
-                                  for n in SMOKE_STUDIES])
+@pytest.mark.parametrize("name", SMOKE_STUDIES)
 def test_smoke_study_gives_the_same_results_whatever_the_callers_thread_count(name, tmp_path, monkeypatch):
     """A study trains on dlmlab.studies.threads.STUDY_THREADS, not on the thread count it is called with
     (which is the machine's core count outside the tests)."""

@@ -109,7 +109,8 @@ def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, desc: 
 
     ``fn`` must be a module-level function and its arguments and results picklable (workers are
     spawned, not forked).  Each worker runs with ``threads`` torch threads (0 = an equal share of the
-    cores).  With one worker the jobs run here, in this process, with its thread setting.
+    cores).  With one worker the jobs run here, in this process, with ``threads`` torch threads too (0 =
+    this process's setting), so a result does not depend on the worker count.
     The first failing job's exception is raised here after the pending jobs are cancelled; jobs that
     already finished keep whatever they wrote (checkpoints), so a re-run resumes.
     """
@@ -120,9 +121,12 @@ def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, desc: 
     try:
         results: list = []
         if workers == 1 or len(jobs) <= 1:
-            for job in jobs:
-                results.append(fn(*job))
-                outer.update(1)
+            from dlmlab.studies.threads import torch_threads  # imports torch: kept out of the workers' start-up
+
+            with torch_threads(threads):
+                for job in jobs:
+                    results.append(fn(*job))
+                    outer.update(1)
             return results
         n = min(workers, len(jobs))
         threads = threads or max(1, available_cores() // n)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from dlmlab.data import TokenStream
 from dlmlab.metrics import (generative_perplexity, last_word_accuracy, mauve_score, mean_pooled_features, read_passages,
-                            rep_n, self_bleu, tokens_per_second)
+                            rep_n, self_bleu)
+from dlmlab.metrics.speed import throughputs
 from dlmlab.prediff import METHODS
 from dlmlab.sampling import DiffusionSampleConfig, sample_ar, sample_diffusion
 from dlmlab.studies.prediff.presets import PreDiffPreset
@@ -46,12 +49,15 @@ def sample_metrics(samples: torch.Tensor, references: torch.Tensor, evaluator, f
     }
 
 
-def speed(method: str, model, prompts: torch.Tensor, p: PreDiffPreset, steps: int | None) -> dict:
-    """Generated tokens / s for a batch of ``p.speed_batch`` prompts (median of ``p.speed_repeats``)."""
+def speeds(keys: list[tuple[str, str, int | None]], models: dict, prompts: torch.Tensor, p: PreDiffPreset) -> dict:
+    """Generated tokens / s of every ``(method, key, steps)`` for one batch of ``p.speed_batch`` prompts, timed
+    interleaved (each of ``p.speed_repeats`` rounds runs every decoder once) so that machine load hits all alike;
+    ``{key: throughputs entry + prompt_kv_reused}``."""
     batch = prompts[: p.speed_batch]
-    fn = lambda: generate(method, model, batch, p, steps)  # noqa: E731
-    res = tokens_per_second(fn, n_tokens=batch.shape[0] * p.gen_len, repeats=p.speed_repeats, warmup=1)
-    res["prompt_kv_reused"] = bool(METHODS[method].is_diffusion and model.attention == "hybrid")
+    fns = {key: functools.partial(generate, name, models[name], batch, p, steps) for name, key, steps in keys}
+    res = throughputs(fns, batch.shape[0] * p.gen_len, repeats=p.speed_repeats, warmup=1)
+    for name, key, _ in keys:
+        res[key]["prompt_kv_reused"] = bool(METHODS[name].is_diffusion and models[name].attention == "hybrid")
     return res
 
 

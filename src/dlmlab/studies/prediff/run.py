@@ -21,12 +21,12 @@ from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.prediff.adapt import adapt, held_out_nll, original_weighting_nll
 from dlmlab.studies.prediff.backbone import prepare
 from dlmlab.studies.prediff.claims import compute_claims
-from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speed
+from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speeds
 from dlmlab.studies.prediff.figures import make_figures
 from dlmlab.studies.prediff.paired import hierarchical_bootstrap, lower_is_better
 from dlmlab.studies.prediff.preference import human_preference, preference_table
 from dlmlab.studies.prediff.presets import PRESETS
-from dlmlab.studies.threads import threads_for
+from dlmlab.studies.threads import threads_for, torch_threads
 from dlmlab.training.distributed import is_main_process
 
 TITLE = "PreDiff-LM: adapting a pretrained causal LM to masked diffusion with hybrid attention"
@@ -93,6 +93,11 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     p = PRESETS[preset]
     p.validate()
+    with torch_threads(threads_for(p.model.d_model)):  # the same thread count on every machine
+        return _run(preset, p, Path(out), progress)
+
+
+def _run(preset: str, p, out: Path, progress: bool) -> StudyResult:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -140,8 +145,8 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
     for name, key, steps in tqdm(jobs, desc="sampling", disable=not progress, leave=False):
         samples = generate(name, models[name], prompts, p, steps)
         res["samples"][key] = sample_metrics(samples, refs, judge, backbone, tokenizer, p, ref_feats)
-        res["speed"][key] = speed(name, models[name], prompts, p, steps)
         texts[key] = [tokenizer.decode(s[p.sample_prompt_len:].tolist()) for s in samples]
+    res["speed"] = speeds(jobs, models, prompts, p)
     if is_main_process():
         with open(out / "samples.jsonl", "w") as f:
             for i in range(len(prompts)):
