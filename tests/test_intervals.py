@@ -48,3 +48,18 @@ def test_bad_input():
     with pytest.raises(ValueError, match="level"):
         bootstrap_ci([1.0, 2.0], level=1.5)
     assert math.isnan(bootstrap_ci([float("nan")]).mean) and bootstrap_ci([]).n == 0
+
+
+def test_hierarchical_ci_resamples_seeds_then_items():
+    from dlmlab.report.intervals import hierarchical_ci
+
+    same = np.full((3, 10), -0.5)
+    iv = hierarchical_ci(same)
+    assert (iv.mean, iv.lo, iv.hi, iv.n) == (-0.5, -0.5, -0.5, 3)
+    # every item agrees within a seed, but the seeds disagree: only the seed level can widen the interval
+    seeds_apart = np.array([[-1.0] * 40, [-1.0] * 40, [2.0] * 40])
+    iv = hierarchical_ci(seeds_apart)
+    assert iv.lo == -1.0 and iv.hi == 2.0 and not iv.excludes_zero()
+    assert hierarchical_ci(seeds_apart, seed=1) == hierarchical_ci(seeds_apart, seed=1)
+    with pytest.raises(ValueError):
+        hierarchical_ci(np.array([1.0, 2.0]))

@@ -57,3 +57,25 @@ def paired_diff_ci(a: Sequence[float], b: Sequence[float], level: float = LEVEL,
     if a.shape != b.shape:
         raise ValueError(f"paired values need equal shapes, got {a.shape} and {b.shape}")
     return bootstrap_ci(a - b, level, n_boot, seed)
+
+
+def hierarchical_ci(values, level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0) -> Interval:
+    """Two-level percentile-bootstrap interval of the mean of ``values`` [S, N] (seeds x evaluation items).
+
+    Each replicate resamples the S rows (training seeds) with replacement, then the N columns (the same
+    items for every row: paired evaluation data) with replacement, and averages the resampled grid; so the
+    interval carries the training-run variance as well as the evaluation noise.  ``n`` of the result is S.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 2 or x.size == 0 or not np.isfinite(x).all():
+        raise ValueError(f"values must be a finite, non-empty [seeds, items] array, got shape {x.shape}")
+    S, N = x.shape
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, S, size=(n_boot, S))
+    cols = rng.integers(0, N, size=(n_boot, N))
+    means = np.array([x[np.ix_(r, c)].mean() for r, c in zip(rows, cols)])
+    a = (1 - level) / 2
+    lo, hi = np.quantile(means, [a, 1 - a])
+    return Interval(float(x.mean()), float(lo), float(hi), S)
