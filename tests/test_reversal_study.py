@@ -52,7 +52,7 @@ def test_registry_and_presets():
     assert set(mod.PRESETS) == {"smoke", "cpu", "paper"} and mod.TITLE
     for p in PRESETS.values():
         p.validate()
-    assert PRESETS["paper"].model.n_layers > 1
+    assert PRESETS["paper"].model.n_layers == 1 and PRESETS["paper"].multilayer.n_layers > 1  # one-layer study, named multi-layer part
     with pytest.raises(ValueError, match="unknown preset"):
         run("huge", "/tmp/never")
     with pytest.raises(ConfigError, match="positions"):

@@ -58,7 +58,7 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
         from dlmlab.studies.reversal.real import real_claim, real_table, run_real
 
         with torch_threads(threads_for(cfg.real.model.d_model)):
-            real = run_real(cfg.real, cfg.seeds[0], progress, cfg.device, workers=workers)
+            real = run_real(cfg.real, cfg.seeds, progress, cfg.device, workers=workers)
         results["real"] = real
         tabs.append(real_table(real))
         claims.append(real_claim(real))
