@@ -63,7 +63,7 @@ def test_dlm_training_mask_rates_stay_in_the_preset_range(monkeypatch):
     """The DLM batches carry t in [t_min, t_max] (antithetic: spread over the whole range)."""
     from dlmlab.studies.induction import train as tr
 
-    p = dataclasses.replace(PRESETS["smoke"], t_min=0.1, t_max=0.4, steps=3)
+    p = dataclasses.replace(PRESETS["smoke"], t_min=0.1, t_max=0.4, steps=3, text_steps=0)
     seen = []
     monkeypatch.setattr(tr, "train", lambda model, cfg, make_batch, loss_fn, **kw: seen.extend(
         make_batch(s, torch.Generator().manual_seed(s))["t"] for s in range(1, 4)) or [])

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 
 
 @dataclass
-class InductionPreset:
+class InductionPreset(Config):  # checked when built: options, finite numbers, validate()
     """Matched attention-only AR / masked-diffusion pairs at depths ``depths``.
 
     Curriculum (the same for the AR and the DLM of a pair): the first ``text_steps`` steps train on

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dlmlab.config import ConfigError, require
+from dlmlab.config import Config, ConfigError, require
 from dlmlab.models import TransformerConfig
 from dlmlab.prediff.model import MASK_INITS
 from dlmlab.prediff.objectives import LOSSES, METHODS, Loss, prompt_length
@@ -14,7 +14,7 @@ from dlmlab.training import TrainConfig
 
 
 @dataclass
-class PreDiffPreset:
+class PreDiffPreset(Config):  # checked when built: options, finite numbers, validate()
     """One run: obtain a causal backbone, adapt it with every method under one budget, evaluate, sample.
 
     ``backbone_path`` empty: pretrain ``model`` as a GPT-2-architecture AR model on ``corpus`` (BPE of

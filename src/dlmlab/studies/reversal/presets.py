@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 from dlmlab.models import TransformerConfig
 from dlmlab.tasks.positional_relations import PositionalTaskConfig
 from dlmlab.training import TrainConfig
@@ -16,7 +16,7 @@ Kind = Literal["mdm", "mdm_mdlm", "arm"]
 
 
 @dataclass
-class RealDataPreset:
+class RealDataPreset(Config):  # checked when built: options, finite numbers, validate()
     """Second task: real facts with a local BPE: person/description (train p2d, test the reverse prompts) or
     celebrity child -> parent pairs (train forward, test "P's child is" -> C).
 
@@ -40,7 +40,7 @@ class RealDataPreset:
 
 
 @dataclass
-class ReversalPreset:
+class ReversalPreset(Config):  # checked when built: options, finite numbers, validate()
     """One run of the study: every (model kind x positional encoding x seed) is trained forward-only on the
     positional relation task; ``multilayer`` (optional) repeats the grid with a deeper model as a separate part."""
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlmlab.config import require
+from dlmlab.config import Config, require
 
 ALL_ARCHS = ["transformer", "mamba", "mamba2", "lstm", "gru"]
 ALL_TASKS = ["parity", "s3", "dyck", "code_depth"]
 
 
 @dataclass
-class StatePreset:
+class StatePreset(Config):  # checked when built: options, finite numbers, validate()
     """Every architecture in ``archs`` is trained on every task in ``tasks`` at ``train_len``.
 
     Sizes: ``d_model`` / ``n_layers`` for all; non-transformer widths are chosen by
