@@ -200,8 +200,8 @@ def test_curriculum_text_first_then_repeat_mix():
     p = PRESETS["cpu"]
     assert p_repeated_at(p, 1) == 0.0 and p_repeated_at(p, p.text_steps - 1) == 0.0
     assert p_repeated_at(p, p.text_steps) == p.p_repeated and p.seq_len >= 64
-    q = dataclasses.replace(p, steps=10, text_steps=5, batch_size=2, seq_len=4, p_repeated=0.5)
-    assert text_epochs(q, 100) == pytest.approx((5 * 2 + 5 * 2 * 0.5) * 4 / 100)
+    q = dataclasses.replace(p, steps=10, text_steps=5, batch_size=2, seq_len=32, min_half=8, p_repeated=0.5)
+    assert text_epochs(q, 100) == pytest.approx((5 * 2 + 5 * 2 * 0.5) * 32 / 100)
 
 
 def test_corpus_reads_parquet_and_names_bad_files(tmp_path):

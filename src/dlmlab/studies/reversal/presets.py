@@ -56,6 +56,7 @@ class ReversalPreset(Config):  # checked when built: options, finite numbers, va
     eval_per_fact: int = 1  # evaluation layouts per fact (distances cycle through task.distances)
     max_distance: int = 8  # attention signatures at distances 1..max_distance (< task.seq_len)
     multilayer: TransformerConfig | None = None  # the separate multi-layer part (None: not run)
+    part: Literal["controlled", "multilayer"] = "controlled"  # which part this preset's grid runs
     device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
     real: RealDataPreset = field(default_factory=RealDataPreset)
 
@@ -67,7 +68,10 @@ class ReversalPreset(Config):  # checked when built: options, finite numbers, va
         require(3 <= self.max_distance < self.task.seq_len,
                 f"max_distance must be in [3, task.seq_len - 1 = {self.task.seq_len - 1}], got {self.max_distance}")
         require(self.eval_per_fact >= 1, f"eval_per_fact must be >= 1, got {self.eval_per_fact}")
-        require(self.model.n_layers == 1, "the controlled experiments are one-layer (use multilayer for deeper models)")
+        if self.part == "controlled":
+            require(self.model.n_layers == 1, "the controlled experiments are one-layer (use multilayer for deeper models)")
+        else:
+            require(self.model.n_layers > 1 and self.multilayer is None, "the multi-layer part runs one deeper model")
         require(self.multilayer is None or self.multilayer.n_layers > 1, "multilayer must have more than one layer")
 
 

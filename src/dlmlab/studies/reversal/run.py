@@ -48,7 +48,7 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
         figs = figures.all_figures(runs, kinds, positions, cfg.task.distances, chance, out, GRAD_COS_LEVEL)
     results = {"summary": summary, "runs": runs, "chance": chance}
     if cfg.multilayer is not None:  # the separate, named multi-layer part: same grid, deeper model, no claims
-        deep = dataclasses.replace(cfg, model=cfg.multilayer, multilayer=None)
+        deep = dataclasses.replace(cfg, model=cfg.multilayer, multilayer=None, part="multilayer")
         with torch_threads(threads_for(deep.model.d_model)):
             mruns = _grid(deep, progress, workers, threads_for(deep.model.d_model), "reversal runs (multi-layer)")
         msum = summarize(mruns, kinds, positions, cfg.task.distances)
