@@ -206,3 +206,26 @@ class _with_prompt(torch.nn.Module):
 
     def cache(self, *a, **k):
         return self.m.cache(*a, **k)
+
+
+def test_qkv_bias_only_on_query_key_value(tokens):
+    """qkv_bias (Qwen2 / Dream style): biases on W_q/W_k/W_v alone, returned by head_weights."""
+    model = tiny_transformer(bias=False, qkv_bias=True, norm="rmsnorm", mlp="swiglu", positions="rope")
+    biased = {n for n, _ in model.named_parameters() if n.endswith(".bias")}
+    assert biased == {f"blocks.{i}.attn.{w}.bias" for i in range(2) for w in ("W_q", "W_k", "W_v")}
+    w = model.blocks[1].attn.head_weights()
+    assert torch.equal(w["b_K"], model.blocks[1].attn.W_k.bias.reshape(4, 8)) and w["b_K"].abs().max() > 0
+    assert torch.equal(w["b_O"], torch.zeros(32))
+    with model.cache(["blocks.1.attn.k", "blocks.1.resid_pre"]) as c:
+        fwd(model, tokens)
+    x = model.blocks[1].ln1(c["blocks.1.resid_pre"])
+    k = torch.einsum("btd,hde->bthe", x, w["W_K"]) + w["b_K"]
+    assert torch.allclose(k, c["blocks.1.attn.k"], atol=1e-5)
+    # zero q/k/v biases give exactly the bias-free model with the same weights
+    plain = tiny_transformer(bias=False, norm="rmsnorm", mlp="swiglu", positions="rope")
+    with torch.no_grad():
+        for n in biased:
+            model.get_parameter(n).zero_()
+    model.load_state_dict({**plain.state_dict(), **{n: model.get_parameter(n) for n in biased}})
+    assert torch.equal(fwd(model, tokens), fwd(plain, tokens))
+    assert tiny_transformer(bias=False).blocks[0].attn.W_q.bias is None

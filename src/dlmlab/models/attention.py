@@ -34,9 +34,10 @@ class Attention(nn.Module):
         self.layer = layer
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
         inner = cfg.n_heads * cfg.d_head
-        self.W_q = nn.Linear(cfg.d_model, inner, bias=cfg.bias)
-        self.W_k = nn.Linear(cfg.d_model, inner, bias=cfg.bias)
-        self.W_v = nn.Linear(cfg.d_model, inner, bias=cfg.bias)
+        qkv_bias = cfg.bias or cfg.qkv_bias
+        self.W_q = nn.Linear(cfg.d_model, inner, bias=qkv_bias)
+        self.W_k = nn.Linear(cfg.d_model, inner, bias=qkv_bias)
+        self.W_v = nn.Linear(cfg.d_model, inner, bias=qkv_bias)
         self.W_o = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
         self.scale = cfg.d_head**-0.5
         self.q, self.k, self.v = HookPoint(), HookPoint(), HookPoint()
@@ -44,15 +45,19 @@ class Attention(nn.Module):
 
     # Per-head weight views for circuit analysis -------------------------------------------
     def head_weights(self) -> dict[str, torch.Tensor]:
-        """W_Q, W_K, W_V: [H, D, d_head]; W_O: [H, d_head, D]; biases b_Q/b_K/b_V [H, d_head], b_O [D]."""
+        """W_Q, W_K, W_V: [H, D, d_head]; W_O: [H, d_head, D]; biases b_Q/b_K/b_V [H, d_head], b_O [D].
+
+        A missing bias (``bias=False`` without ``qkv_bias``) is returned as zeros.
+        """
         H, dh = self.n_heads, self.d_head
         D = self.W_q.in_features
+        like = {"dtype": self.W_q.weight.dtype, "device": self.W_q.weight.device}
 
         def split_in(lin: nn.Linear) -> torch.Tensor:
             return lin.weight.T.reshape(D, H, dh).permute(1, 0, 2)
 
         def split_b(lin: nn.Linear) -> torch.Tensor:
-            return lin.bias.reshape(H, dh) if lin.bias is not None else torch.zeros(H, dh)
+            return lin.bias.reshape(H, dh) if lin.bias is not None else torch.zeros(H, dh, **like)
 
         out = {
             "W_Q": split_in(self.W_q),
@@ -62,7 +67,7 @@ class Attention(nn.Module):
             "b_Q": split_b(self.W_q),
             "b_K": split_b(self.W_k),
             "b_V": split_b(self.W_v),
-            "b_O": self.W_o.bias if self.W_o.bias is not None else torch.zeros(D),
+            "b_O": self.W_o.bias if self.W_o.bias is not None else torch.zeros(D, **like),
         }
         return out
 

@@ -17,7 +17,8 @@ MLPKind = Literal["gelu", "gelu_new", "relu", "swiglu"]
 class TransformerConfig(Config):
     """Shape and variant of a :class:`~dlmlab.models.transformer.Transformer`.
 
-    ``d_mlp = 0`` gives an attention-only model.  ``attn_mask`` is the default
+    ``d_mlp = 0`` gives an attention-only model.  ``bias`` puts biases on every linear
+    map and norm; ``qkv_bias`` adds them on the query/key/value maps alone (Qwen2 style).  ``attn_mask`` is the default
     mask; a forward call may override it.  ``hybrid`` needs ``prompt_len``.
     Checked when built (options, finite numbers, ranges); ``d_head`` left at 0 is
     derived (and re-derived by ``dataclasses.replace``).
@@ -37,7 +38,8 @@ class TransformerConfig(Config):
     positions: Positions = "learned"
     rope_theta: float = 10000.0
     max_seq_len: int = 256
-    bias: bool = True
+    bias: bool = True  # biases on every linear map and norm
+    qkv_bias: bool = False  # biases on W_q/W_k/W_v even when bias is False (Qwen2 / Dream)
     tie_embeddings: bool = True
     init_std: float = 0.02
 
