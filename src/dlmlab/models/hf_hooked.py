@@ -1,0 +1,175 @@
+"""A local Hugging Face model behind the toolkit's hook-point protocol.
+
+:class:`HFHooked` wraps a Hugging Face decoder (GPT-NeoX / Pythia, Mamba, or any model whose
+decoder layers sit in a ``layers`` / ``h`` / ``blocks`` ``ModuleList``) and exposes
+
+* ``embed`` [B,T,D]: the token embedding (output of ``get_input_embeddings()``);
+* ``blocks.{i}.resid_pre`` [B,T,D]: the input of decoder layer ``i``;
+* ``blocks.{i}.mixer_out`` [B,T,D]: what the layer's token mixer adds to the residual stream.
+  Mamba (``MambaBlock``): the ``mixer`` output, so ``resid_post = resid_pre + mixer_out``.
+  GPT-NeoX: the attention output (after its dense projection).  Pythia uses the *parallel*
+  residual, ``resid_post = resid_pre + mixer_out + mlp_out`` with the MLP reading
+  ``resid_pre`` (not ``resid_pre + mixer_out``), so there mixer_out is one of two parallel
+  branches and does not feed the MLP; with ``use_parallel_residual=False`` it does;
+* ``blocks.{i}.mlp_out`` [B,T,D] (layers with an ``mlp``, e.g. GPT-NeoX): the MLP output;
+* ``blocks.{i}.resid_post`` [B,T,D]: the output of decoder layer ``i``;
+* ``final`` [B,T,D]: the base model's ``last_hidden_state`` (after its final norm);
+* ``logits`` [B,T,n_out]: the head's output.
+
+Two heads: ``n_out > 0`` puts a fresh ``nn.Linear(hidden, n_out)`` tagging head on the base
+model (e.g. fine-tuning on a task); ``n_out = 0`` keeps the checkpoint's own LM head (the
+model must be a ``*ForCausalLM``), so ``logits`` are over the vocabulary.
+
+The hook points are driven by PyTorch forward (pre-)hooks on the HF modules, so ``cache``,
+``replace``, ``add`` and patching work exactly as on the toolkit's own models, and the generic
+analyses (probes, ablations, patching) apply unchanged.  :func:`load_hf_hooked` loads from a
+LOCAL folder only (never a download, never remote code).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dlmlab.errors import UserError
+from dlmlab.hooks import HookedModule, HookPoint
+
+
+class TokenRangeError(UserError, ValueError):
+    """A token id outside the checkpoint's vocabulary."""
+
+
+class CheckpointNotFound(UserError, FileNotFoundError):
+    """A folder without a Hugging Face ``config.json``."""
+
+
+class _Taps(nn.Module):
+    def __init__(self, mlp: bool) -> None:
+        super().__init__()
+        self.resid_pre, self.mixer_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+        if mlp:
+            self.mlp_out = HookPoint()
+
+
+def _layer_list(base: nn.Module) -> nn.ModuleList:
+    for name in ("layers", "h", "blocks"):
+        mod = getattr(base, name, None)
+        if isinstance(mod, nn.ModuleList) and len(mod):
+            return mod
+    raise ValueError(f"cannot find the decoder layers of {type(base).__name__} (looked for layers / h / blocks)")
+
+
+def _mixer(layer: nn.Module) -> nn.Module | None:
+    """The layer's token mixer: GPT-NeoX ``attention``, Mamba ``mixer`` (or ``attn`` / ``self_attn``)."""
+    for name in ("attention", "mixer", "self_attn", "attn"):
+        mod = getattr(layer, name, None)
+        if isinstance(mod, nn.Module):
+            return mod
+    return None
+
+
+def _output_hook(hp: HookPoint):
+    """Forward hook routing a module's output (a tensor, or a tuple led by one) through ``hp``."""
+
+    def fn(module, inputs, output):
+        if isinstance(output, tuple):
+            return (hp(output[0]), *output[1:])
+        return hp(output)
+
+    return fn
+
+
+def _input_hook(hp: HookPoint):
+    """Forward pre-hook routing a layer's ``hidden_states`` input (first positional or keyword) through ``hp``."""
+
+    def fn(module, args, kwargs):
+        if args:
+            return (hp(args[0]), *args[1:]), kwargs
+        if "hidden_states" in kwargs:
+            return args, {**kwargs, "hidden_states": hp(kwargs["hidden_states"])}
+        return None
+
+    return fn
+
+
+class HFHooked(HookedModule):
+    """HF decoder + head: tokens [B,T] (ids in ``[0, vocab_size)``) -> logits [B,T,n_out or vocab].
+
+    ``model``: a base model (``GPTNeoXModel``, ``MambaModel``) or a causal LM (its ``base_model``
+    is used).  ``n_out > 0``: new tagging head ``nn.Linear(hidden, n_out)``; ``n_out = 0``: the
+    causal LM's own output embedding (tied weights stay tied).  The full HF model stays
+    available as :attr:`hf_model` (e.g. for ``save_pretrained``).
+    """
+
+    def __init__(self, model: nn.Module, n_out: int = 0) -> None:
+        super().__init__()
+        if n_out < 0:
+            raise ValueError(f"n_out must be >= 0 (0 = the checkpoint's LM head), got {n_out}")
+        base = getattr(model, "base_model", model)
+        if n_out > 0:
+            head = nn.Linear(base.config.hidden_size, n_out)
+        else:
+            head = model.get_output_embeddings() if base is not model else None
+            if head is None:
+                raise ValueError(f"{type(model).__name__} has no LM head; load a *ForCausalLM model or give n_out > 0")
+        self.__dict__["hf_model"] = model  # not a submodule: its parameters are base's and head's
+        self.base, self.head = base, head
+        self.n_out = n_out or head.out_features
+        self.vocab_size = base.get_input_embeddings().num_embeddings
+        self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
+        layers = _layer_list(base)
+        self.blocks = nn.ModuleList([_Taps(isinstance(getattr(layer, "mlp", None), nn.Module)) for layer in layers])
+        self._handles = [base.get_input_embeddings().register_forward_hook(_output_hook(self.embed))]
+        for layer, taps in zip(layers, self.blocks):
+            self._handles.append(layer.register_forward_pre_hook(_input_hook(taps.resid_pre), with_kwargs=True))
+            self._handles.append(layer.register_forward_hook(_output_hook(taps.resid_post)))
+            mixer = _mixer(layer)
+            if mixer is None:
+                del taps.mixer_out
+            else:
+                self._handles.append(mixer.register_forward_hook(_output_hook(taps.mixer_out)))
+            if hasattr(taps, "mlp_out"):
+                self._handles.append(layer.mlp.register_forward_hook(_output_hook(taps.mlp_out)))
+        self.setup_hooks()
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    def check_tokens(self, tokens: torch.Tensor) -> None:
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be an integer [batch, seq] tensor, got {tokens.dtype} {tuple(tokens.shape)}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise TokenRangeError(f"token ids must be in [0, {self.vocab_size}) for this checkpoint, "
+                                  f"got [{int(tokens.min())}, {int(tokens.max())}]")
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B,T] -> logits [B,T,n_out]."""
+        self.check_tokens(tokens)
+        h = self.base(input_ids=tokens, use_cache=False).last_hidden_state
+        return self.logits(self.head(self.final(h)))
+
+
+def load_hf_hooked(path: str | Path, n_out: int = 0, dtype: torch.dtype = torch.float32) -> HFHooked:
+    """Load a Hugging Face model from the LOCAL folder ``path`` and wrap it.
+
+    ``n_out = 0``: ``AutoModelForCausalLM`` (logits over the vocabulary); ``n_out > 0``:
+    ``AutoModel`` (the base model; a causal-LM save loads its backbone) plus a fresh tagging head.
+    Never downloads (``local_files_only``) and never runs code from the folder
+    (``trust_remote_code=False``); a folder without ``config.json`` raises a one-line
+    :class:`~dlmlab.errors.UserError`.
+    """
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise CheckpointNotFound(f"no Hugging Face checkpoint at {path}: expected a save_pretrained folder with config.json")
+    cls = AutoModelForCausalLM if n_out == 0 else AutoModel
+    try:
+        model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, dtype=dtype)
+    except (OSError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot load the Hugging Face checkpoint at {path}: {first}") from e
+    return HFHooked(model.eval(), n_out)
