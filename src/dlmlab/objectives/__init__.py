@@ -1,6 +1,9 @@
-"""Training objectives: AR next-token, absorbing-mask diffusion (MDLM), user-given mask."""
+"""Training objectives: AR next-token, absorbing-mask diffusion (MDLM) with its noise schedules, user-given mask."""
 
 from dlmlab.objectives.ar import ar_loss
 from dlmlab.objectives.mdlm import corrupt, elbo_bound, given_mask_loss, masked_nll, mdlm_loss
+from dlmlab.objectives.schedule import (SCHEDULES, CosineSchedule, LinearSchedule, LogLinearSchedule, NoiseSchedule,
+                                        get_schedule)
 
-__all__ = ["ar_loss", "mdlm_loss", "given_mask_loss", "corrupt", "masked_nll", "elbo_bound"]
+__all__ = ["ar_loss", "mdlm_loss", "given_mask_loss", "corrupt", "masked_nll", "elbo_bound", "NoiseSchedule",
+           "LinearSchedule", "CosineSchedule", "LogLinearSchedule", "SCHEDULES", "get_schedule"]

@@ -1,31 +1,220 @@
-"""Absorbing-mask noise schedule (MDLM, Sahoo et al. 2024), linear in t.
+"""Absorbing-mask noise schedules (MDLM, Sahoo et al. 2024): small classes shared by objectives and samplers.
 
-alpha(t) = 1 - t is the probability a token is still clean at time t in [0, 1];
-a token is masked with probability 1 - alpha(t) = t.  The continuous-time
-NELBO weight on a masked token's cross-entropy is -alpha'(t) / (1 - alpha(t)) = 1/t.
+A schedule gives ``alpha(t)``, the probability that a token is still clean at time ``t`` in [0, 1]
+(``alpha(0) = 1``, decreasing); a token is masked with probability ``mask_prob(t) = 1 - alpha(t)``.
+The continuous-time NELBO weight on a masked token's cross-entropy is
+``elbo_weight(t) = -alpha'(t) / (1 - alpha(t))``, and training draws ``t`` from ``[t_min, 1]``
+(antithetic by default) so the weight stays finite.
+
+==============  ===========================================  ==============  ==========================
+name            alpha(t)                                     weight          eps means
+==============  ===========================================  ==============  ==========================
+``linear``      ``1 - t``                                    ``1 / t``       t is drawn from [eps, 1]
+``loglinear``   ``1 - (1 - eps) t`` (MDLM / SEDD log-linear)  ``1 / t``       alpha(1) = eps
+``cosine``      ``eps + (1 - eps) cos(pi t / 2)`` (MDLM)     see the class   alpha(1) = eps
+==============  ===========================================  ==============  ==========================
+
+``loglinear`` and ``cosine`` draw ``t`` from ``[t_min, 1]``.  ``linear`` with its default ``eps`` is
+the toolkit's historical schedule (the module functions :func:`alpha`, :func:`mask_prob`,
+:func:`elbo_weight` and :func:`sample_t` are it, bit for bit).
+
+Samplers use the same classes: a sampler running time from 1 down to 0 in ``S`` equal steps
+reveals, in expectation, the share :meth:`NoiseSchedule.clean_share` of the masked positions
+after step ``s`` and, drawing (MDLM's ancestral sampler), each still-masked position at step ``j``
+with probability :meth:`NoiseSchedule.reveal_prob`.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 
+from dlmlab.config import Config, require
+from dlmlab.errors import UserError
 
+def _cos(t):
+    return torch.cos(t) if isinstance(t, torch.Tensor) else math.cos(t)
+
+
+def _sin(t):
+    return torch.sin(t) if isinstance(t, torch.Tensor) else math.sin(t)
+
+
+@dataclass
+class NoiseSchedule(Config):
+    """Base class: subclasses define :meth:`alpha` and :meth:`alpha_prime`; ``eps`` is every schedule's field.
+
+    Methods take a tensor ``t`` [...] (or a Python float) and return the same shape.
+    """
+
+    eps: float = 1e-3
+
+    name = "base"
+
+    def validate(self) -> None:
+        require(0 <= self.eps < 1, f"noise schedule eps must be in [0, 1), got {self.eps}")
+
+    # --- the schedule -------------------------------------------------------------------------
+    def alpha(self, t):
+        """Probability a token is clean at time ``t``."""
+        raise NotImplementedError
+
+    def alpha_prime(self, t):
+        """d alpha / dt at ``t`` (<= 0)."""
+        raise NotImplementedError
+
+    def mask_prob(self, t):
+        """Probability a token is masked at time ``t``: ``1 - alpha(t)``."""
+        return 1.0 - self.alpha(t)
+
+    def elbo_weight(self, t):
+        """``-alpha'(t) / (1 - alpha(t))``: the NELBO weight on a masked token's cross-entropy at time ``t``."""
+        return -self.alpha_prime(t) / (1.0 - self.alpha(t))
+
+    @property
+    def t_min(self) -> float:
+        """Lower end of the training times ``t ~ U[t_min, 1]``."""
+        return self.eps
+
+    def sample_t(self, batch: int, generator: torch.Generator | None = None, antithetic: bool = True) -> torch.Tensor:
+        """t [B] in [t_min, 1]; antithetic (stratified: one uniform shifted by i/B) sampling lowers the loss variance."""
+        u = torch.rand(1 if antithetic else batch, generator=generator)
+        if antithetic:
+            u = (u + torch.arange(batch) / batch) % 1.0
+        lo = self.t_min
+        return lo + (1.0 - lo) * u
+
+    # --- what samplers use --------------------------------------------------------------------
+    def clean_share(self, u: float) -> float:
+        """Expected share of the initially masked positions revealed once time has gone from 1 down to ``1 - u``:
+        ``(alpha(1 - u) - alpha(1)) / (alpha(0) - alpha(1))`` (0 at u=0, 1 at u=1)."""
+        a1 = self.alpha(1.0)
+        return (self.alpha(1.0 - u) - a1) / (self.alpha(0.0) - a1)
+
+    def reveal_prob(self, step: int, steps: int) -> float:
+        """Probability that a still-masked position is revealed at step ``step`` (0-based) of ``steps`` going from
+        t=1 to t=0 in equal steps: ``(alpha(t_next) - alpha(t)) / (1 - alpha(t))`` (1 at the last step)."""
+        if step >= steps - 1:
+            return 1.0
+        t, t_next = 1.0 - step / steps, 1.0 - (step + 1) / steps
+        a, a_next = self.alpha(t), self.alpha(t_next)
+        return (a_next - a) / (1.0 - a)
+
+
+@dataclass
+class LinearSchedule(NoiseSchedule):
+    """``alpha(t) = 1 - t``, weight ``1 / t``; ``t`` is drawn from ``[eps, 1]`` (the toolkit's default)."""
+
+    name = "linear"
+
+    def alpha(self, t):
+        return 1.0 - t
+
+    def alpha_prime(self, t):
+        return -1.0 + 0.0 * t
+
+    def elbo_weight(self, t):
+        return 1.0 / t
+
+    def clean_share(self, u: float) -> float:
+        return u
+
+    def reveal_prob(self, step: int, steps: int) -> float:
+        return 1.0 / (steps - step) if step < steps - 1 else 1.0
+
+
+@dataclass
+class LogLinearSchedule(NoiseSchedule):
+    """``alpha(t) = 1 - (1 - eps) t``: total noise ``sigma(t) = -log(1 - (1 - eps) t)`` is log-linear (MDLM, SEDD);
+    a token stays clean with probability ``eps`` at t=1.  Weight ``1 / t``; ``t`` is drawn from ``[t_min, 1]``."""
+
+    t_lo: float = 1e-3
+
+    name = "loglinear"
+
+    def validate(self) -> None:
+        super().validate()
+        require(0 < self.t_lo < 1, f"noise schedule t_lo must be in (0, 1), got {self.t_lo}")
+
+    @property
+    def t_min(self) -> float:
+        return self.t_lo
+
+    def alpha(self, t):
+        return 1.0 - (1.0 - self.eps) * t
+
+    def alpha_prime(self, t):
+        return -(1.0 - self.eps) + 0.0 * t
+
+
+@dataclass
+class CosineSchedule(NoiseSchedule):
+    """``alpha(t) = eps + (1 - eps) cos(pi t / 2)`` (MDLM's cosine): few tokens masked at small t.
+
+    Weight ``(pi / 2) sin(pi t / 2) / (1 - cos(pi t / 2))`` (about ``2 / t`` near 0); ``t`` is drawn
+    from ``[t_min, 1]``.  A sampler following it reveals many positions first (:meth:`clean_share`
+    is ``sin(pi u / 2)`` when eps = 0); the decoder's ``cosine`` count schedule is MaskGIT's,
+    the reverse (``1 - cos(pi u / 2)``, few first), which is :meth:`mask_prob` at ``u`` with eps = 0.
+    """
+
+    t_lo: float = 1e-3
+
+    name = "cosine"
+
+    def validate(self) -> None:
+        super().validate()
+        require(0 < self.t_lo < 1, f"noise schedule t_lo must be in (0, 1), got {self.t_lo}")
+
+    @property
+    def t_min(self) -> float:
+        return self.t_lo
+
+    def alpha(self, t):
+        return self.eps + (1.0 - self.eps) * _cos(math.pi / 2 * t)
+
+    def alpha_prime(self, t):
+        return -(1.0 - self.eps) * (math.pi / 2) * _sin(math.pi / 2 * t)
+
+    def elbo_weight(self, t):
+        # -alpha' / (1 - alpha) with the (1 - eps) factors cancelled (exact, and stable in float32)
+        return (math.pi / 2) * _sin(math.pi / 2 * t) / (1.0 - _cos(math.pi / 2 * t))
+
+
+SCHEDULES: dict[str, type[NoiseSchedule]] = {c.name: c for c in (LinearSchedule, LogLinearSchedule, CosineSchedule)}
+
+
+def get_schedule(schedule: "str | NoiseSchedule | None" = None, **fields) -> NoiseSchedule:
+    """A schedule by registry name (``linear``, ``loglinear``, ``cosine``) with config ``fields``, or the
+    instance given (None: the default linear schedule)."""
+    if isinstance(schedule, NoiseSchedule):
+        if fields:
+            raise UserError("give either a schedule instance or a name with fields, not both")
+        return schedule
+    name = "linear" if schedule is None else schedule
+    if name not in SCHEDULES:
+        raise UserError(f"unknown noise schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    return SCHEDULES[name](**fields)
+
+
+DEFAULT = LinearSchedule()
+
+
+# --- the historical module functions (the default linear schedule) ---------------------------------
 def alpha(t: torch.Tensor) -> torch.Tensor:
-    return 1.0 - t
+    return DEFAULT.alpha(t)
 
 
 def mask_prob(t: torch.Tensor) -> torch.Tensor:
-    return 1.0 - alpha(t)
+    return DEFAULT.mask_prob(t)
 
 
 def elbo_weight(t: torch.Tensor) -> torch.Tensor:
     """-alpha'(t) / (1 - alpha(t)) for the linear schedule = 1 / t."""
-    return 1.0 / t
+    return DEFAULT.elbo_weight(t)
 
 
 def sample_t(batch: int, generator: torch.Generator | None, eps: float = 1e-3, antithetic: bool = True) -> torch.Tensor:
-    """t [B] in [eps, 1]; antithetic (stratified) sampling lowers the loss variance."""
-    u = torch.rand(1 if antithetic else batch, generator=generator)
-    if antithetic:
-        u = (u + torch.arange(batch) / batch) % 1.0
-    return eps + (1.0 - eps) * u
+    """t [B] in [eps, 1] of the linear schedule; antithetic (stratified) sampling lowers the loss variance."""
+    return LinearSchedule(eps=eps).sample_t(batch, generator, antithetic)

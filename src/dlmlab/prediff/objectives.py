@@ -23,8 +23,13 @@ Two training losses (:data:`LOSSES`), the same for every diffusion method of a r
 * ``masked_ce`` (the study's): plain cross-entropy averaged over the masked target tokens
   of the batch, with mask rates from the cosine schedule ``t = cos(pi u / 2)``, ``u ~ U[0, 1]``
   (stratified), clipped to [0.01, 0.99]; the density of ``t`` rises towards 1.
-* ``mdlm_bound``: the MDLM NELBO per target token, ``(1/t) * sum_masked NLL / n_target`` with
-  ``t ~ U[1e-3, 1]``, an upper bound on ``-log p(target | prompt) / n_target``.
+* ``mdlm_bound``: the MDLM NELBO per target token, ``w(t) * sum_masked NLL / n_target`` under a
+  :class:`~dlmlab.objectives.schedule.NoiseSchedule` (default linear: ``w = 1/t``, ``t ~ U[1e-3, 1]``),
+  an upper bound on ``-log p(target | prompt) / n_target``.
+
+The ``masked_ce`` mask rates are MaskGIT's cosine rule for the *rate* itself; they are not the times
+of a noise schedule (the cosine noise schedule's mask probability ``1 - cos(pi t / 2)`` at uniform
+``t`` has another distribution), so they stay a rule of their own.
 
 Evaluation always reports the true bound (:func:`eval_nelbo`); :func:`eval_original_weighting`
 gives the 1/(1-t)-weighted number of the study's public code for comparison with the paper
@@ -43,7 +48,7 @@ from dlmlab.config import Config, require
 from dlmlab.data import TokenStream
 from dlmlab.models.masks import build_mask
 from dlmlab.objectives import ar_loss, corrupt, masked_nll
-from dlmlab.objectives.schedule import elbo_weight, sample_t
+from dlmlab.objectives.schedule import NoiseSchedule, get_schedule
 
 Attention = Literal["hybrid", "bidirectional", "annealed", "hybrid_annealed", "causal"]
 Objective = Literal["mdlm", "shifted_mdlm", "ar"]
@@ -126,20 +131,23 @@ def annealed_mask(kind: str, prompt_len: torch.Tensor, T: int, progress: float, 
 
 
 def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, batch: int, steps: int,
-              device: str | torch.device = "cpu", prompt_frac: float = 0.5, loss: Loss = "masked_ce"):
+              device: str | torch.device = "cpu", prompt_frac: float = 0.5, loss: Loss = "masked_ce",
+              schedule: NoiseSchedule | None = None):
     """(make_batch, loss_fn) for ``training.train``; all randomness is drawn in make_batch (global batch, on CPU)
     and moved to ``device`` (the model's) in loss_fn.  Diffusion rows have a clean prompt of
-    ``prompt_length(prompt_frac, seq_len)`` tokens and are trained with ``loss`` (see :data:`LOSSES`)."""
+    ``prompt_length(prompt_frac, seq_len)`` tokens and are trained with ``loss`` (see :data:`LOSSES`);
+    ``schedule``: the noise schedule of ``mdlm_bound`` (default linear; ``masked_ce`` draws mask rates itself)."""
     method.validate()
     require(loss in LOSSES, f"loss must be one of {LOSSES}, got {loss!r}")
     T = seq_len
+    sched = get_schedule(schedule)
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = TokenStream.windows(stream_train, batch, T + (1 if not method.is_diffusion else 0), gen)
         if not method.is_diffusion:
             return {"tokens": x}
         P = torch.full((batch,), prompt_length(prompt_frac, T), dtype=torch.long)
-        t = cosine_mask_rates(batch, gen) if loss == "masked_ce" else sample_t(batch, gen)
+        t = cosine_mask_rates(batch, gen) if loss == "masked_ce" else sched.sample_t(batch, gen)
         out = {"tokens": x, "prompt_len": P, "t": t, "noise": torch.rand(x.shape, generator=gen),
                "self_cond": torch.rand(batch, generator=gen) < method.self_cond_frac}
         if method.attention in ("annealed", "hybrid_annealed"):
@@ -153,23 +161,26 @@ def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, ba
             return ar_loss(model, b["tokens"])
         attn = b.get("attn")
         return diffusion_loss(model, b["tokens"], b["prompt_len"], b["t"], b["noise"], b["self_cond"],
-                              attn_mask=attn if attn is not None else method.final_attention, loss=loss)
+                              attn_mask=attn if attn is not None else method.final_attention, loss=loss,
+                              schedule=sched if loss == "mdlm_bound" else None)  # masked_ce: t is the mask rate
 
     return make_batch, loss_fn
 
 
 def diffusion_loss(model, tokens: torch.Tensor, prompt_len: torch.Tensor, t: torch.Tensor, noise: torch.Tensor,
                    self_cond_rows: torch.Tensor | None = None, attn_mask=None,
-                   loss: Loss = "mdlm_bound") -> tuple[torch.Tensor, dict]:
+                   loss: Loss = "mdlm_bound", schedule: NoiseSchedule | None = None) -> tuple[torch.Tensor, dict]:
     """Training loss for windows ``tokens`` [B,T] with prompts of ``prompt_len`` [B] at mask rates ``t`` [B].
 
     ``loss="mdlm_bound"``: the MDLM NELBO per target token (its mean over rows; ``exp`` is the ELBO
     perplexity bound when ``t ~ U[eps, 1]``); ``loss="masked_ce"``: mean cross-entropy over the masked
     tokens of the batch.  ``self_cond_rows`` [B] bool: rows that first run a no-grad pass and feed its soft
-    prediction back (zeros elsewhere), as in self-conditioning training.
+    prediction back (zeros elsewhere), as in self-conditioning training.  ``schedule``: the noise schedule
+    giving the mask probability and ELBO weight of ``t`` (default linear: ``t`` itself and ``1/t``).
     Returns (loss, metrics); metrics carry ``nelbo`` (nats / target token, per row mean) and ``masked_ce``.
     """
-    nelbo_rows, ce = _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows, attn_mask)
+    nelbo_rows, ce = _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows, attn_mask,
+                                    schedule=schedule)
     nelbo = nelbo_rows.mean()
     value = nelbo if loss == "mdlm_bound" else ce
     return value, {"loss": value.item(), "nelbo": nelbo.item(), "ppl_bound": float(torch.exp(nelbo.detach())),
@@ -177,13 +188,14 @@ def diffusion_loss(model, tokens: torch.Tensor, prompt_len: torch.Tensor, t: tor
 
 
 def _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows=None, attn_mask=None,
-                   self_cond: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (NELBO per row [B]: (1/t) * masked NLL / n_target, mean CE over the batch's masked tokens [])."""
+                   self_cond: bool = True, schedule: NoiseSchedule | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (NELBO per row [B]: w(t) * masked NLL / n_target, mean CE over the batch's masked tokens [])."""
+    sched = get_schedule(schedule)
     B, T = tokens.shape
     inner = getattr(model, "module", model)  # DDP wraps the PreDiffLM
     pos = torch.arange(T, device=tokens.device)
     maskable = pos[None, :] >= prompt_len[:, None].to(tokens.device)
-    noisy, masked = corrupt(tokens, t, inner.mask_id, maskable=maskable, noise=noise)
+    noisy, masked = corrupt(tokens, t, inner.mask_id, maskable=maskable, noise=noise, schedule=sched)
     kw = dict(prompt_len=prompt_len, attn_mask=attn_mask)
     sc = None
     if self_cond and inner.uses_self_cond and self_cond_rows is not None and bool(self_cond_rows.any()):
@@ -193,20 +205,21 @@ def _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows=None, att
     logits = model(noisy, t, self_cond=sc, **kw)
     nll = masked_nll(logits, tokens, masked, inner.mask_id)  # [B,T], zero off the masked positions
     n = maskable.sum(1).clamp(min=1)
-    per_row = elbo_weight(t).to(nll.device) * nll.sum(1) / n
+    per_row = sched.elbo_weight(t).to(nll.device) * nll.sum(1) / n
     return per_row, nll.sum() / masked.sum().clamp(min=1)
 
 
 @torch.no_grad()
 def eval_nelbo_per_window(model, windows: torch.Tensor, prompt_len: int, n_t: int = 8, batch: int = 32, seed: int = 0,
-                          self_cond: bool = True, attn_mask=None) -> torch.Tensor:
+                          self_cond: bool = True, attn_mask=None, schedule: NoiseSchedule | None = None) -> torch.Tensor:
     """Monte-Carlo NELBO [N] (nats / target token) of each window of ``windows`` [N,T] given its first ``prompt_len``.
 
-    ``n_t`` antithetic draws of t ~ U[1e-3, 1] per window; self-conditioning (a deterministic function of
+    ``n_t`` antithetic draws of t from ``schedule`` (default linear: t ~ U[1e-3, 1]) per window; self-conditioning (a deterministic function of
     the noisy input) keeps it a valid bound.  The draws depend only on ``seed`` and the window count, so two
     models evaluated with one seed see the same times and masks (paired comparisons).
     """
     model.eval()
+    sched = get_schedule(schedule)
     g = torch.Generator().manual_seed(seed)
     out = []
     for xb in windows.split(batch):
@@ -214,19 +227,20 @@ def eval_nelbo_per_window(model, windows: torch.Tensor, prompt_len: int, n_t: in
         P = torch.full((B,), prompt_len, dtype=torch.long)
         acc = torch.zeros(B, dtype=torch.float64)
         for _ in range(n_t):
-            t = sample_t(B, g)
+            t = sched.sample_t(B, g)
             noise = torch.rand(xb.shape, generator=g)
             rows = torch.ones(B, dtype=torch.bool) if self_cond else None
-            per_row, _ = _masked_losses(model, xb, P, t, noise, rows, attn_mask=attn_mask)
+            per_row, _ = _masked_losses(model, xb, P, t, noise, rows, attn_mask=attn_mask, schedule=sched)
             acc += per_row.double().cpu()
         out.append(acc / n_t)
     return torch.cat(out)
 
 
 def eval_nelbo(model, windows: torch.Tensor, prompt_len: int, n_t: int = 8, batch: int = 32, seed: int = 0,
-               self_cond: bool = True, attn_mask=None) -> float:
+               self_cond: bool = True, attn_mask=None, schedule: NoiseSchedule | None = None) -> float:
     """Mean of :func:`eval_nelbo_per_window`: ``exp`` of it is the ELBO perplexity bound."""
-    return float(eval_nelbo_per_window(model, windows, prompt_len, n_t, batch, seed, self_cond, attn_mask).mean())
+    return float(eval_nelbo_per_window(model, windows, prompt_len, n_t, batch, seed, self_cond, attn_mask,
+                                       schedule).mean())
 
 
 @torch.no_grad()
