@@ -68,6 +68,11 @@ class TransformerConfig(Config):
             require(self.d_head % 2 == 0, f"rope needs an even model.d_head, got {self.d_head}")
 
     @property
+    def family(self) -> str:
+        """The model family (see :mod:`dlmlab.models.protocol`)."""
+        return "transformer"
+
+    @property
     def out_size(self) -> int:
         return self.n_out or self.vocab_size
 

@@ -1,9 +1,10 @@
 """Build any toolkit sequence model by architecture name, with matched parameter counts.
 
 ``build_model(arch, vocab_size=V, n_out=K, d_model=128, n_layers=4, **overrides)``
-returns a :class:`~dlmlab.hooks.HookedModule` mapping tokens [B,T] -> logits [B,T,K].
-Every architecture exposes ``embed``, ``blocks.{i}.resid_pre``, ``blocks.{i}.resid_post``,
-``final`` and ``logits`` hook points (plus architecture-specific ones, see docs/models.md).
+returns a :class:`~dlmlab.hooks.HookedModule` mapping tokens [B,T] -> logits [B,T,K] that
+follows :mod:`dlmlab.models.protocol` (``arch`` is its ``family``): the same forward keywords,
+the hook points ``embed``, ``blocks.{i}.resid_pre|mixer_out|resid_post``, ``final`` and
+``logits``, plus architecture-specific ones (see docs/models.md).
 
 Parameter matching: the transformer (``d_mlp = 4 d_model``, 4 heads, learned positions
 up to ``max_seq_len=256``) is the reference.  Unless the width is given in
@@ -27,7 +28,9 @@ from torch import nn
 from dlmlab.config import ConfigError, from_dict
 from dlmlab.hooks import HookedModule
 
-ARCHITECTURES: tuple[str, ...] = ("transformer", "mamba", "mamba2", "lstm", "gru")
+from dlmlab.models.protocol import FAMILIES
+
+ARCHITECTURES: tuple[str, ...] = FAMILIES
 
 # width knob per architecture (solved when matching parameter counts)
 _WIDTH_KNOB = {"mamba": "d_inner", "mamba2": "d_inner", "lstm": "hidden_size", "gru": "hidden_size"}
@@ -61,6 +64,11 @@ def _arch_classes(arch: str) -> tuple[type, type, dict[str, Any]]:
 
         return Mamba2Config, Mamba2, {}
     raise ConfigError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+
+
+def config_class(family: str) -> type:
+    """The config dataclass of ``family`` (TransformerConfig, MambaConfig, Mamba2Config, RecurrentConfig)."""
+    return _arch_classes(family)[0]
 
 
 def model_config(arch: str, *, vocab_size: int, n_out: int = 0, d_model: int = 128, n_layers: int = 4,
@@ -141,4 +149,4 @@ def param_table(vocab_size: int, n_out: int = 0, d_model: int = 128, n_layers: i
     return rows
 
 
-__all__ = ["ARCHITECTURES", "build_model", "model_config", "count_params", "count_config_params", "param_table"]
+__all__ = ["ARCHITECTURES", "build_model", "config_class", "model_config", "count_params", "count_config_params", "param_table"]

@@ -31,7 +31,7 @@ from torch import nn
 
 from dlmlab.config import Config, Derived, is_auto, require
 from dlmlab.hooks import HookPoint
-from dlmlab.models.stacked import SSMStack, record_mixer_states
+from dlmlab.models.stacked import SSMStack, ssm_states  # noqa: F401  (re-exported: one definition)
 from dlmlab.models.fused_conv import conv_silu, reference_conv_silu
 from dlmlab.models.fused_scan import fused_selective_scan
 from dlmlab.models.selective_scan import selective_scan, selective_scan_ref
@@ -86,6 +86,11 @@ class MambaConfig(Config):
         require(self.dt_scale > 0, f"model.dt_scale must be > 0, got {self.dt_scale}")
         require(self.scan_chunk >= 1, f"model.scan_chunk must be >= 1, got {self.scan_chunk}")
         require(self.init_std >= 0, f"model.init_std must be >= 0, got {self.init_std}")
+
+    @property
+    def family(self) -> str:
+        """The model family (see :mod:`dlmlab.models.protocol`)."""
+        return "mamba"
 
     @property
     def out_size(self) -> int:
@@ -162,11 +167,3 @@ class Mamba(SSMStack):
     def __init__(self, cfg) -> None:
         super().__init__(cfg, MambaMixer)
 
-
-def ssm_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Per-layer SSM states [B,T,Di,N] of ``model`` on ``tokens`` (sequential reference scan).
-
-    States live inside the scan, so they are returned here rather than as a hook point
-    (a hook there could not change the output).  Memory: B*T*state floats per layer.
-    """
-    return record_mixer_states(model, tokens)

@@ -31,7 +31,7 @@ from torch import nn
 from dlmlab.config import Config, Derived, is_auto, require
 from dlmlab.hooks import HookPoint
 from dlmlab.models.precision import upcast
-from dlmlab.models.stacked import SSMStack, record_mixer_states
+from dlmlab.models.stacked import SSMStack, ssm_states  # noqa: F401  (re-exported: one definition)
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
 
 
@@ -92,6 +92,11 @@ class Mamba2Config(Config):
     @property
     def n_heads(self) -> int:
         return self.d_inner // self.headdim
+
+    @property
+    def family(self) -> str:
+        """The model family (see :mod:`dlmlab.models.protocol`)."""
+        return "mamba2"
 
     @property
     def out_size(self) -> int:
@@ -176,11 +181,3 @@ class Mamba2(SSMStack):
     def __init__(self, cfg) -> None:
         super().__init__(cfg, Mamba2Mixer)
 
-
-def ssm_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Per-layer SSM states [B,T,H,P,N] of ``model`` on ``tokens`` (sequential reference scan).
-
-    States live inside the scan, so they are returned here rather than as a hook point
-    (a hook there could not change the output).  Memory: B*T*state floats per layer.
-    """
-    return record_mixer_states(model, tokens)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from dlmlab.models.checks import ModelInputError
+
 
 def build_mask(
     kind: str,
@@ -28,10 +30,10 @@ def build_mask(
         return causal[None, None]
     if kind == "hybrid":
         if prompt_len is None:
-            raise ValueError("hybrid attention needs prompt_len (int or [B] tensor)")
+            raise ModelInputError("hybrid attention needs prompt_len (int or [B] tensor)")
         P = torch.as_tensor(prompt_len, device=q_pos.device).reshape(-1, 1, 1)  # [B|1,1,1]
         q_in_prompt = q_pos[None, :, None] < P  # [B,Tq,1]
         k_in_prompt = k_pos[None, None, :] < P  # [B,1,Tk]
         allowed = torch.where(q_in_prompt, causal[None] & k_in_prompt, torch.ones_like(causal[None]))
         return allowed[:, None]
-    raise ValueError(f"unknown attention mask {kind!r} (use causal, bidirectional or hybrid)")
+    raise ModelInputError(f"unknown attention mask {kind!r} (use causal, bidirectional or hybrid)")

@@ -5,12 +5,17 @@ Each layer is its own single-layer ``nn.LSTM`` / ``nn.GRU`` inside a
 ``nn.LSTM(d_model, hidden_size, num_layers=n_layers, batch_first=True)`` computes
 (no dropout), but every layer's output is a named hook point.
 
-Hook points (H = ``hidden_size``, D = ``d_model``):
-``embed`` [B,T,D]; ``blocks.{i}.resid_pre`` [B,T,D for i=0 else H] (layer input);
-``blocks.{i}.rnn_out`` [B,T,H] (the layer's hidden states h_t);
-``blocks.{i}.resid_post`` [B,T,H] (= rnn_out, or resid_pre + rnn_out when
-``residual=True`` and D == H); ``final`` [B,T,H] (after the optional final norm);
-``logits`` [B,T,n_out].
+Hook points follow :mod:`dlmlab.models.protocol` (family = ``cell``; H = ``hidden_size``,
+D = ``d_model``): ``embed`` [B,T,D]; ``blocks.{i}.resid_pre`` [B,T,D for i=0 else H] (the layer's
+input); ``blocks.{i}.rnn_out`` and ``blocks.{i}.mixer_out`` [B,T,H] (the same tensor: the layer's
+hidden states h_t; a hook on ``rnn_out`` runs first); ``blocks.{i}.resid_post`` [B,T,H] (the
+layer's output); ``final`` [B,T,H] (after the optional final norm); ``logits`` [B,T,n_out].
+
+The "resid" names are the protocol's, but only ``residual=True`` makes them a residual stream
+(``resid_post = resid_pre + mixer_out``).  The default plain stack has no skip connection
+(``model.residual_stream`` is False): ``resid_pre`` / ``resid_post`` are the stream of hidden
+states passed from layer to layer, ``resid_post == mixer_out`` (replacing either changes the next
+layer's input alike), and the width changes from D to H after ``blocks.0.resid_pre``.
 """
 
 from __future__ import annotations
@@ -67,6 +72,11 @@ class RecurrentConfig(Config):
         )
 
     @property
+    def family(self) -> str:
+        """The model family, ``cell`` ("lstm" or "gru"; see :mod:`dlmlab.models.protocol`)."""
+        return self.cell
+
+    @property
     def out_size(self) -> int:
         return self.n_out or self.vocab_size
 
@@ -81,11 +91,12 @@ class RecurrentBlock(nn.Module):
         self.rnn = rnn_cls(d_in, cfg.hidden_size, num_layers=1, batch_first=True)
         self.residual = cfg.residual
         self.resid_pre, self.rnn_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.mixer_out = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.resid_pre(x)
         h, _ = self.rnn(x)
-        h = self.rnn_out(h)
+        h = self.mixer_out(self.rnn_out(h))
         return self.resid_post(x + h if self.residual else h)
 
 
@@ -105,3 +116,8 @@ class RecurrentModel(StackedLM):
                 raise ValueError("tie_embeddings needs n_out == vocab_size and d_model == hidden_size")
             self.unembed.weight = self.tok_emb.weight
         self.finish_init()
+
+    @property
+    def residual_stream(self) -> bool:
+        """True when ``resid_post = resid_pre + mixer_out`` (``cfg.residual``); False for a plain stack."""
+        return self.cfg.residual

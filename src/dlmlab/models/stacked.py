@@ -3,6 +3,14 @@
 embed -> blocks -> final norm -> unembed, with hook points ``embed``, ``final`` and
 ``logits`` (blocks add their own).  Subclasses build ``tok_emb``, ``blocks``,
 ``ln_final`` and ``unembed`` and then call :meth:`finish_init`.
+
+These models are causal (left to right) by construction.  ``forward`` takes the keywords
+common to every family (:data:`dlmlab.models.protocol.COMMON_KEYWORDS`): ``embed_add`` is
+added to the input embedding; ``attn_mask`` may only be ``None`` or ``"causal"`` (what the
+model computes) and ``prompt_len`` is then ignored, as in the Transformer; ``kv_cache`` is
+refused (there are no keys and values to cache).  Anything else raises a one-line
+:class:`~dlmlab.models.checks.ModelInputError`.  :func:`ssm_states` returns the SSM states
+of Mamba / Mamba-2.
 """
 
 from __future__ import annotations
@@ -14,23 +22,47 @@ import torch
 from torch import nn
 
 from dlmlab.hooks import HookedModule, HookPoint
-from dlmlab.models.checks import check_tokens
+from dlmlab.models.checks import ModelInputError, check_causal_keywords, check_tokens
 from dlmlab.models.norm import RMSNorm
+from dlmlab.models.protocol import family_name
 
 
 class StackedLM(HookedModule):
+    residual_stream = True  # resid_post = resid_pre + mixer_out (RecurrentModel: cfg.residual)
+
     def finish_init(self) -> None:
         self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
         self.setup_hooks()
 
+    @property
+    def family(self) -> str:
+        return self.cfg.family
+
     def check_tokens(self, tokens: torch.Tensor) -> None:
-        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
+        """Raise :class:`ModelInputError` (a ValueError) naming the problem if ``tokens`` cannot be fed to this model."""
         check_tokens(tokens, self.cfg.vocab_size)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B,T] (long) -> logits [B,T,n_out]."""
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        *,
+        attn_mask: str | None = None,
+        prompt_len: torch.Tensor | int | None = None,
+        embed_add: torch.Tensor | None = None,
+        kv_cache=None,
+    ) -> torch.Tensor:
+        """tokens [B,T] (long) -> logits [B,T,n_out].
+
+        attn_mask: ``None`` or ``"causal"`` (these models are causal; anything else is refused).
+        prompt_len: ignored (it only matters for a "hybrid" mask, which needs attention).
+        embed_add: [B,T,D] added to the input embedding (after the ``embed`` hook point).
+        kv_cache: refused (no keys / values to cache).
+        """
         self.check_tokens(tokens)
+        check_causal_keywords(family_name(self), attn_mask, kv_cache)
         x = self.embed(self.tok_emb(tokens))
+        if embed_add is not None:
+            x = x + embed_add
         for block in self.blocks:
             x = block(x)
         x = self.final(self.ln_final(x))
@@ -38,8 +70,15 @@ class StackedLM(HookedModule):
 
 
 @torch.no_grad()
-def record_mixer_states(model: StackedLM, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Run ``model`` with every ``block.mixer.record_states`` on; return each mixer's ``last_states``."""
+def ssm_states(model: StackedLM, tokens: torch.Tensor) -> list[torch.Tensor]:
+    """Per-layer SSM states of a Mamba ([B,T,Di,N]) or Mamba-2 ([B,T,H,P,N]) ``model`` on ``tokens``.
+
+    Runs the sequential reference scan with every ``block.mixer.record_states`` on and returns each
+    mixer's ``last_states``.  States live inside the scan, so they are returned here rather than as a
+    hook point (a hook there could not change the output).  Memory: B*T*state floats per layer.
+    """
+    if not all(hasattr(getattr(b, "mixer", None), "record_states") for b in getattr(model, "blocks", [])):
+        raise ModelInputError(f"ssm_states needs a Mamba or Mamba-2 model; got a {type(model).__name__}")
     mixers = [b.mixer for b in model.blocks]
     for m in mixers:
         m.record_states = True

@@ -1,10 +1,12 @@
 """Transformer language model with uniform hook points.
 
-Hook points: ``embed`` [B,T,D] (token embedding), ``pos_embed`` [B,T,D] (learned
-positions only), ``blocks.{i}.resid_pre|attn_out|resid_mid|mlp_out|resid_post``
-[B,T,D], ``blocks.{i}.attn.{q,k,v,z}`` [B,T,H,d_head], ``blocks.{i}.attn.pattern``
-[B,H,Tq,Tk], ``blocks.{i}.attn.head_out`` [B,T,H,D], ``final`` [B,T,D] (after the
-final norm) and ``logits`` [B,T,V].
+Follows :mod:`dlmlab.models.protocol` (family "transformer").  Hook points: ``embed``
+[B,T,D] (token embedding), ``pos_embed`` [B,T,D] (learned positions only),
+``blocks.{i}.resid_pre|attn_out|mixer_out|resid_mid|mlp_out|resid_post`` [B,T,D]
+(``mixer_out`` = ``attn_out``, the attention sublayer's output; the MLP's is ``mlp_out``, see
+:mod:`dlmlab.models.block`), ``blocks.{i}.attn.{q,k,v,z}`` [B,T,H,d_head],
+``blocks.{i}.attn.pattern`` [B,H,Tq,Tk], ``blocks.{i}.attn.head_out`` [B,T,H,D], ``final``
+[B,T,D] (after the final norm) and ``logits`` [B,T,V].
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from torch import nn
 
 from dlmlab.hooks import HookedModule, HookPoint
 from dlmlab.models.block import Block
-from dlmlab.models.checks import check_tokens
+from dlmlab.models.checks import ModelInputError, check_tokens
 from dlmlab.models.config import TransformerConfig
 from dlmlab.models.kv_cache import KVCache
 from dlmlab.models.masks import build_mask
@@ -23,6 +25,8 @@ from dlmlab.models.positions import alibi_bias, alibi_slopes, rope_cos_sin
 
 
 class Transformer(HookedModule):
+    residual_stream = True  # resid_post = resid_pre + mixer_out (+ mlp_out)
+
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         cfg.validate()
@@ -48,16 +52,21 @@ class Transformer(HookedModule):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=self.cfg.init_std)
 
+    @property
+    def family(self) -> str:
+        return self.cfg.family
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     # ------------------------------------------------------------------------------------
     def check_tokens(self, tokens: torch.Tensor, offset: int = 0) -> None:
-        """Raise ValueError naming the problem if ``tokens`` cannot be fed to this model."""
+        """Raise :class:`~dlmlab.models.checks.ModelInputError` (a ValueError) naming the problem if
+        ``tokens`` cannot be fed to this model."""
         check_tokens(tokens, self.cfg.vocab_size)
         T = tokens.shape[1] + offset
         if self.pos_emb is not None and T > self.cfg.max_seq_len:
-            raise ValueError(
+            raise ModelInputError(
                 f"sequence length {T} exceeds max_seq_len {self.cfg.max_seq_len} of learned positions"
             )
 
