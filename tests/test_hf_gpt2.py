@@ -9,6 +9,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 from dlmlab.models import Transformer, TransformerConfig  # noqa: E402
+from dlmlab.models.hf_files import HFFormatError  # noqa: E402
 from dlmlab.models.hf_gpt2 import HFConversionError, load_gpt2, save_gpt2  # noqa: E402
 
 
@@ -102,7 +103,7 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     hf = tiny_gpt2()
     hf.save_pretrained(tmp_path / "bin")
     (tmp_path / "bin" / "model.safetensors").rename(tmp_path / "bin" / "pytorch_model.bin")
-    with pytest.raises(HFConversionError, match="pickle"):
+    with pytest.raises(HFFormatError, match="could not be read as plain tensors"):  # not a torch pickle
         load_gpt2(tmp_path / "bin")
     hf.save_pretrained(tmp_path / "bad")
     cfgj = json.loads((tmp_path / "bad" / "config.json").read_text())
@@ -110,6 +111,16 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     (tmp_path / "bad" / "config.json").write_text(json.dumps(cfgj))
     with pytest.raises(HFConversionError, match="shape"):
         load_gpt2(tmp_path / "bad")
+
+
+def test_pytorch_model_bin_loads_through_the_restricted_unpickler(tmp_path):
+    hf = tiny_gpt2()
+    hf.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+    x = torch.randint(0, 50, (2, 10))
+    with torch.no_grad():
+        assert (load_gpt2(tmp_path)(x) - hf_logits(hf, x)).abs().max().item() < 1e-4
 
 
 def test_bare_gpt2model_and_sharded_checkpoints(tmp_path):

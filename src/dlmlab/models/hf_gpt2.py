@@ -1,11 +1,10 @@
 """Hugging Face GPT-2 <-> dlmlab :class:`Transformer`, from / to a local directory.
 
-``load_gpt2(path)`` reads ``config.json`` + ``model.safetensors`` (or a sharded
-``model.safetensors.index.json``) written by ``GPT2LMHeadModel.save_pretrained``
-and returns an equivalent Transformer (learned positions, LayerNorm, GELU-tanh
-MLP, tied unembedding, causal mask) whose hook points work as usual.
-Pickled ``pytorch_model.bin`` files are refused: convert them to safetensors
-first.  Nothing is downloaded.
+``load_gpt2(path)`` reads ``config.json`` + the weights written by
+``GPT2LMHeadModel.save_pretrained`` (``model.safetensors``, sharded, or ``pytorch_model.bin``
+through PyTorch's restricted unpickler; see :mod:`dlmlab.models.hf_files`) and returns an
+equivalent Transformer (learned positions, LayerNorm, GELU-tanh MLP, tied unembedding, causal
+mask) whose hook points work as usual.  Nothing is downloaded.
 
 ``save_gpt2(model, path)`` writes a compatible Transformer back in the same
 format, so ``GPT2LMHeadModel.from_pretrained(path)`` loads it.
@@ -18,13 +17,13 @@ Weight mapping (HF ``Conv1D`` stores ``[in, out]``; ``nn.Linear`` stores ``[out,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from dlmlab.models.config import TransformerConfig
+from dlmlab.models.hf_files import HFFormatError, read_config, read_weights
 from dlmlab.models.transformer import Transformer
 
 # HF activation name -> our MLP kind (only exact equivalents).
@@ -32,47 +31,21 @@ _ACT_IN = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gel
 _ACT_OUT = {"gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
 
-class HFConversionError(ValueError):
-    """A checkpoint directory or model that cannot be converted; the message says why."""
+class HFConversionError(HFFormatError):
+    """A checkpoint folder or model that cannot be converted; the message says why."""
 
 
 def _read_config(path: Path) -> dict:
-    if not path.exists():
-        raise FileNotFoundError(f"GPT-2 directory not found: {path}")
-    if not path.is_dir():
-        raise HFConversionError(f"{path} is not a directory (expected a save_pretrained folder with config.json)")
-    cfile = path / "config.json"
-    if not cfile.exists():
-        raise FileNotFoundError(f"no config.json in {path}: not a Hugging Face model directory")
-    try:
-        raw = json.loads(cfile.read_text())
-    except json.JSONDecodeError as e:
-        raise HFConversionError(f"{cfile} is not valid JSON ({e})") from None
+    raw = read_config(path)  # clear errors for a missing folder / config.json first
     model_type = raw.get("model_type")
     if model_type != "gpt2":
-        raise HFConversionError(f"{cfile} describes model_type {model_type!r}, not 'gpt2'")
+        raise HFConversionError(f"{path / 'config.json'} describes model_type {model_type!r}, not 'gpt2'")
     return raw
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    single = path / "model.safetensors"
-    index = path / "model.safetensors.index.json"
-    if single.exists():
-        sd = load_file(str(single))
-    elif index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        sd = {}
-        for f in files:
-            sd.update(load_file(str(path / f)))
-    elif (path / "pytorch_model.bin").exists():
-        raise HFConversionError(
-            f"{path} only has pytorch_model.bin (a pickle, which dlmlab never loads); convert it once with "
-            "GPT2LMHeadModel.from_pretrained(path).save_pretrained(path, safe_serialization=True)"
-        )
-    else:
-        raise FileNotFoundError(f"no model.safetensors in {path}")
     # GPT2LMHeadModel prefixes "transformer."; a bare GPT2Model does not.
-    return {k.removeprefix("transformer."): v for k, v in sd.items()}
+    return {k.removeprefix("transformer."): v for k, v in read_weights(path).items()}
 
 
 def gpt2_config_to_ours(hf) -> TransformerConfig:

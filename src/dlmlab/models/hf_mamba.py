@@ -1,7 +1,8 @@
 """Load Hugging Face Mamba / Mamba-2 checkpoints from a LOCAL directory into dlmlab models.
 
 ``load_hf_mamba(path)`` reads ``config.json`` (``model_type`` "mamba" or "mamba2") and
-the weights (``model.safetensors`` / sharded ``*.safetensors`` / ``pytorch_model.bin``)
+the weights (``model.safetensors`` / sharded ``*.safetensors`` / ``pytorch_model.bin``, read by
+:mod:`dlmlab.models.hf_files`)
 written by ``MambaModel`` / ``MambaForCausalLM`` / ``Mamba2Model`` / ``Mamba2ForCausalLM``
 ``.save_pretrained`` (original ``state-spaces`` names ``backbone.embedding`` also work)
 and returns a :class:`~dlmlab.models.mamba.Mamba` or :class:`~dlmlab.models.mamba2.Mamba2`
@@ -15,37 +16,15 @@ backbone-only ``MambaModel`` save.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 
 from dlmlab.config import ConfigError
+from dlmlab.models.hf_files import HFFormatError, read_config, read_weights
 from dlmlab.models.mamba import Mamba, MambaConfig
 from dlmlab.models.mamba2 import Mamba2, Mamba2Config
-
-
-def _read_config(path: Path) -> dict:
-    f = path / "config.json"
-    if not f.exists():
-        raise FileNotFoundError(f"no config.json in {path} (expected a save_pretrained directory)")
-    return json.loads(f.read_text())
-
-
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    files = sorted(path.glob("*.safetensors"))
-    if files:
-        from safetensors.torch import load_file
-
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        return state
-    for name in ("pytorch_model.bin", "model.pt"):
-        if (path / name).exists():
-            return torch.load(path / name, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"no *.safetensors or pytorch_model.bin in {path}")
 
 
 def _strip(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
@@ -109,9 +88,9 @@ def hf_mamba_config(hf: dict, n_out: int = 0) -> MambaConfig | Mamba2Config:
 def load_hf_mamba(path: str | Path, n_out: int = 0, dtype: torch.dtype | None = None) -> Mamba | Mamba2:
     """Build our model from a local HF Mamba / Mamba-2 directory (see module docstring)."""
     path = Path(path)
-    hf = _read_config(path)
+    hf = read_config(path)
     cfg = hf_mamba_config(hf, n_out=n_out)
-    state, head = _strip(_read_weights(path))
+    state, head = _strip(read_weights(path))
     new_head = n_out and n_out != cfg.vocab_size
     if not cfg.tie_embeddings and not new_head:
         if head is None:  # backbone-only save (MambaModel / Mamba2Model): read out with the embedding
@@ -128,10 +107,10 @@ def load_hf_mamba(path: str | Path, n_out: int = 0, dtype: torch.dtype | None = 
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
-        raise ValueError(f"{path}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise HFFormatError(f"{path}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
     for k, v in state.items():
         if tuple(v.shape) != tuple(own[k].shape):
-            raise ValueError(f"{path}: {k} has shape {tuple(v.shape)}, config implies {tuple(own[k].shape)}")
+            raise HFFormatError(f"{path}: {k} has shape {tuple(v.shape)}, config implies {tuple(own[k].shape)}")
     model.load_state_dict(state, strict=False)
     if dtype is not None:
         model.to(dtype)
