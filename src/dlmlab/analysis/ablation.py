@@ -2,7 +2,8 @@
 
 Ablating a head replaces its pattern-weighted values ``z`` [B, T, H, d_head] (hence its
 output ``z @ W_O[h]``) by zero or by its mean over a reference batch.  Works on any toolkit
-model whose attention exposes ``z`` (Transformer; the shared output bias is kept).
+model whose attention exposes ``z`` (Transformer; the shared output bias is kept); any other model
+raises :class:`~dlmlab.analysis.requires.UnsupportedModel`.
 
     means = head_means(model, ref_tokens)                  # {layer: [T, H, d_head]}
     with ablate_heads(model, [(1, 0)], "mean", means):
@@ -18,6 +19,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from dlmlab.analysis.heads import model_device, row_chunks
+from dlmlab.analysis.requires import require_attention
 from dlmlab.models.precision import upcast
 
 ABLATIONS = ("zero", "mean")
@@ -34,6 +36,7 @@ def head_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: in
 
     Returns {layer: [T, H, d_head]} (per position) or {layer: [H, d_head]}.
     """
+    require_attention(model, "head_means", points=("z",))
     sums: dict[int, torch.Tensor] = {}
     dev = model_device(model)
     for sl in row_chunks(tokens.shape[0], chunk):
@@ -50,6 +53,7 @@ def head_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: in
 def ablate_heads(model, heads: Iterable[tuple[int, int]], kind: str = "zero",
                  means: dict[int, torch.Tensor] | None = None) -> Iterator[None]:
     """Within the block, the listed (layer, head) pairs are zero- or mean-ablated."""
+    require_attention(model, "ablate_heads", points=("z",))
     if kind not in ABLATIONS:
         raise ValueError(f"ablation kind must be one of {ABLATIONS}, got {kind!r}")
     if kind == "mean" and means is None:
@@ -87,6 +91,7 @@ def ablate_heads(model, heads: Iterable[tuple[int, int]], kind: str = "zero",
 def ablation_effects(model, metric: Callable[[object], float], kind: str = "mean",
                      means: dict[int, torch.Tensor] | None = None) -> tuple[float, torch.Tensor]:
     """(metric without ablation, drop [L, H] (float64) = base - metric with that single head ablated)."""
+    require_attention(model, "ablation_effects", points=("z",))
     base = float(metric(model))
     L = _n_layers(model)
     H = model.blocks[0].attn.n_heads

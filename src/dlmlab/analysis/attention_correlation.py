@@ -6,7 +6,9 @@ With ALiBi (no position inside q, k) the two scores coincide; with RoPE they are
 ``q^T R(d) k`` vs ``q^T R(-d) k``, positively correlated for small d; with learned absolute
 positions nothing ties them.  :func:`score_correlation` measures this on a trained model:
 the Pearson correlation, across facts, of the pre-softmax score from the query to the evidence
-token in the forward and in the reverse query, per head and pooled.
+token in the forward and in the reverse query, per head and pooled.  Needs a toolkit Transformer
+(:func:`~dlmlab.analysis.storage_routing.attention_scores`); any other model raises
+:class:`~dlmlab.analysis.requires.UnsupportedModel`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from dataclasses import dataclass
 
 import torch
 
+from dlmlab.analysis.requires import require_transformer
 from dlmlab.analysis.storage_routing import attention_scores
 from dlmlab.tasks.relations import Queries
 
 
 def evidence_scores(model, q: Queries, layer: int = 0) -> torch.Tensor:
     """Pre-softmax score [N, H] from each query position to its evidence position."""
+    require_transformer(model, "evidence_scores", ("q", "k"))
     s = attention_scores(model, q.tokens, layer)  # [N,H,T,T]
     rows = torch.arange(len(q), device=q.tokens.device)
     return s[rows, :, q.query_pos, q.evidence_pos]

@@ -15,7 +15,9 @@ earlier head (OV) and a later head::
 
 in [0, 1]; pairs with layer1 >= layer2 are 0 (TransformerLens ``all_composition_scores``).
 LayerNorm scales are not part of these matrices: fold them first
-(:func:`dlmlab.analysis.fold.fold_layernorm`) to analyse the exact linear maps.
+(:func:`dlmlab.analysis.fold.fold_layernorm`) to analyse the exact linear maps.  Needs an attention
+model with per-head weights (``blocks.{i}.attn.head_weights()``); any other raises
+:class:`~dlmlab.analysis.requires.UnsupportedModel`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from dlmlab.analysis.requires import require_attention, require_layer, require_modules
 
 COMPOSITIONS = ("Q", "K", "V")
 
@@ -69,21 +73,21 @@ class Factored:
         return torch.linalg.eigvals(self.B @ self.A)
 
 
-def _weights(model, layer: int) -> dict[str, torch.Tensor]:
-    if not 0 <= layer < len(model.blocks):
-        raise ValueError(f"layer {layer} out of range for a model with {len(model.blocks)} layers")
+def _weights(model, layer: int, analysis: str = "circuit analysis") -> dict[str, torch.Tensor]:
+    require_attention(model, analysis, weights=True)
+    require_layer(model, layer, analysis)
     return {k: v.detach() for k, v in model.blocks[layer].attn.head_weights().items()}
 
 
 def qk_circuit(model, layer: int) -> Factored:
     """W_Q W_K^T of every head of ``layer``: Factored [H, D, dh] @ [H, dh, D]."""
-    w = _weights(model, layer)
+    w = _weights(model, layer, "qk_circuit")
     return Factored(w["W_Q"], w["W_K"].transpose(-1, -2))
 
 
 def ov_circuit(model, layer: int) -> Factored:
     """W_V W_O of every head of ``layer``: Factored [H, D, dh] @ [H, dh, D]."""
-    w = _weights(model, layer)
+    w = _weights(model, layer, "ov_circuit")
     return Factored(w["W_V"], w["W_O"])
 
 
@@ -92,6 +96,7 @@ def all_circuits(model, kind: str) -> Factored:
     fn = {"QK": qk_circuit, "OV": ov_circuit}.get(kind)
     if fn is None:
         raise ValueError(f"circuit kind must be 'QK' or 'OV', got {kind!r}")
+    require_attention(model, "all_circuits", weights=True)
     cs = [fn(model, i) for i in range(len(model.blocks))]
     return Factored(torch.stack([c.A for c in cs]), torch.stack([c.B for c in cs]))
 
@@ -124,6 +129,8 @@ def composition_scores(model, kind: str) -> torch.Tensor:
 
 def copying_scores(model) -> torch.Tensor:
     """[L, H] sum(eig) / sum(|eig|) of the full OV circuit W_E W_OV W_U (1 = a pure copying head)."""
+    require_attention(model, "copying_scores", weights=True)
+    require_modules(model, ("tok_emb", "unembed"), "copying_scores", "the embedding and unembedding")
     W_E = model.tok_emb.weight.detach()  # [V, D]
     W_U = model.unembed.weight.detach().T  # [D, V]
     ov = all_circuits(model, "OV")

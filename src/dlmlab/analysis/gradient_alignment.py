@@ -13,13 +13,16 @@ reverse query's gradient on the reverse evidence column ``Y[:, B]`` (all heads c
 0 when the forward query never reads b (an AR model trained on "A is B" never has B in context).
 
 Parameter gradient (:func:`parameter_gradient_cosine`): cosine between the full gradients of the
-forward and the reverse loss over chosen parameters (autograd).
+forward and the reverse loss over chosen parameters (autograd); it runs on any model family.  The
+storage-column gradients and the default modules of :func:`per_query_gradient_cosine` need a toolkit
+Transformer (otherwise :class:`~dlmlab.analysis.requires.UnsupportedModel`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from dlmlab.analysis.requires import require_attention, require_layer
 from dlmlab.analysis.reversal import query_loss
 from dlmlab.analysis.storage_routing import storage_routing
 from dlmlab.tasks.relations import Queries
@@ -71,6 +74,8 @@ def parameter_gradient_cosine(model, fwd: Queries, rev: Queries, params: dict[st
 
 def storage_modules(model, layer: int = 0) -> dict[str, torch.nn.Linear]:
     """The storage (value / output) projections of attention ``layer``: ``W_v`` and ``W_o`` (nn.Linear)."""
+    require_attention(model, "storage_modules")
+    require_layer(model, layer, "storage_modules")
     attn = model.blocks[layer].attn
     return {f"blocks.{layer}.attn.W_v": attn.W_v, f"blocks.{layer}.attn.W_o": attn.W_o}
 

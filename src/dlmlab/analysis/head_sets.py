@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from dlmlab.analysis.ablation import ablate_heads
+from dlmlab.analysis.requires import require_attention
 
 Head = tuple[int, int]
 
@@ -73,6 +74,7 @@ def set_ablation_test(model, metric: Callable[[object], float], heads: Sequence[
                       means: dict[int, torch.Tensor] | None = None, kind: str = "mean", n_random: int = 20,
                       seed: int = 0) -> SetAblation:
     """Drop of ``metric`` when ``heads`` are ablated together vs ``n_random`` random same-size sets of ``pool``."""
+    require_attention(model, "set_ablation_test", points=("z",))
     heads = sorted(tuple(h) for h in heads)
     base = float(metric(model))
     if not heads:

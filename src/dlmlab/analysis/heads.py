@@ -1,6 +1,7 @@
 """Attention-pattern head scores: how much each head attends to a chosen key position.
 
-Works on any toolkit model exposing ``blocks.{i}.attn.pattern`` [B, H, Tq, Tk] hook points.
+Works on any toolkit model exposing ``blocks.{i}.attn.pattern`` [B, H, Tq, Tk] hook points (attention
+models); any other raises :class:`~dlmlab.analysis.requires.UnsupportedModel`.
 
 * :func:`attention_patterns` -> {layer: [B, H, Tq, Tk]} for one forward pass;
 * :func:`attention_to` -> [L, H] mean attention from query positions to key positions (one pair per row);
@@ -17,6 +18,8 @@ from typing import Iterator
 
 import torch
 
+from dlmlab.analysis.requires import require_attention
+from dlmlab.models.checks import check_range
 from dlmlab.models.precision import upcast
 
 
@@ -34,6 +37,7 @@ def row_chunks(n: int, chunk: int) -> Iterator[slice]:
 @torch.no_grad()
 def attention_patterns(model, tokens: torch.Tensor, **forward_kwargs) -> dict[int, torch.Tensor]:
     """tokens [B, T] -> {layer: pattern [B, H, T, T]} on the CPU (probabilities, rows sum to 1)."""
+    require_attention(model, "attention_patterns", points=("pattern",))
     with model.cache("blocks.*.attn.pattern") as c:
         model(tokens.to(model_device(model)), **forward_kwargs)
     return {int(name.split(".")[1]): upcast(p).cpu() for name, p in c.items()}
@@ -46,13 +50,13 @@ def attention_to(model, tokens: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.
 
     tokens [B, T]; q_pos, k_pos [B] integer positions.
     """
+    require_attention(model, "attention_to", points=("pattern",))
     B, T = tokens.shape
     q_pos, k_pos = torch.as_tensor(q_pos).long(), torch.as_tensor(k_pos).long()
     if q_pos.shape != (B,) or k_pos.shape != (B,):
         raise ValueError(f"q_pos and k_pos must have shape [{B}], got {tuple(q_pos.shape)}, {tuple(k_pos.shape)}")
     for name, p in (("q_pos", q_pos), ("k_pos", k_pos)):
-        if B and (int(p.min()) < 0 or int(p.max()) >= T):
-            raise ValueError(f"{name} out of range [0, {T})")
+        check_range(p, T, name, where="")
     total = 0.0
     for sl in row_chunks(B, chunk):
         pats = attention_patterns(model, tokens[sl], **forward_kwargs)
@@ -77,6 +81,7 @@ def offset_scores(model, tokens: torch.Tensor, offset: int, chunk: int = 64, **f
 def diagonal_scores(model, tokens: torch.Tensor, offset: int, min_query: int = 0, chunk: int = 64,
                     **forward_kwargs) -> torch.Tensor:
     """[L, H] mean pattern[q, q + offset] over rows and queries q >= min_query where q + offset is valid."""
+    require_attention(model, "diagonal_scores", points=("pattern",))
     total, n = 0.0, 0
     for sl in row_chunks(tokens.shape[0], chunk):
         pats = attention_patterns(model, tokens[sl], **forward_kwargs)

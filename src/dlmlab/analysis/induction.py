@@ -25,6 +25,10 @@ window); ``background`` masks every other position independently with that rate 
 
 Autoregressive models: the prediction of token k is read at position k-1 (left context only);
 reverse targets are then predicted without the source (it lies to the right), i.e. at chance.
+
+The accuracy and gain measures only run the model forward (any family of
+:mod:`dlmlab.models.protocol`); the head scores (:func:`dlm_induction_scores`,
+:func:`ar_induction_scores`) need attention patterns.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Literal, Sequence
 import torch
 
 from dlmlab.analysis.heads import attention_to, diagonal_scores, model_device, row_chunks
+from dlmlab.analysis.requires import require_attention
 from dlmlab.objectives.mdlm import log_probs_no_mask
 
 Direction = Literal["forward", "reverse"]
@@ -231,11 +236,13 @@ def local_window(model, tokens: torch.Tensor, mask_id: int, direction: str = "fo
 def dlm_induction_scores(model, tokens: torch.Tensor, mask_id: int, direction: str = "forward", per_seq: int = 4,
                          seed: int = 0) -> torch.Tensor:
     """[L, H] attention from a masked target to its source (the copy in the other half)."""
+    require_attention(model, "dlm_induction_scores", points=("pattern",))
     rows = build_rows(tokens, mask_id, direction, "both", per_seq, seed=seed)
     return attention_to(model, rows.noisy, rows.target, rows.source)
 
 
 def ar_induction_scores(model, tokens: torch.Tensor) -> torch.Tensor:
     """[L, H] TransformerLens induction score: attention from query q >= half to key q - half + 1."""
+    require_attention(model, "ar_induction_scores", points=("pattern",))
     half = half_len(tokens)
     return diagonal_scores(model, tokens, -(half - 1), min_query=half)

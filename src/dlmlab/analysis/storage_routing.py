@@ -18,6 +18,9 @@ also holds ``W_V P_j``, which :func:`storage_matrix` leaves out (it is the posit
 
 The final norm is linearised with the scale of the actual run (exact for that forward pass):
 LayerNorm ``x -> w * (x - mean x) / s_i`` (+ bias, counted in ``rest``), RMSNorm ``x -> w * x / rms_i``.
+
+Needs a toolkit Transformer (it recomputes scores and OV paths from the model's weights and config);
+any other model raises :class:`~dlmlab.analysis.requires.UnsupportedModel`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from dlmlab.analysis.requires import require_layer, require_transformer
 from dlmlab.models.masks import build_mask
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.positions import apply_rope, rope_cos_sin
@@ -34,17 +38,16 @@ from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries
 
 
-def _check_layer(model, layer: int) -> None:
-    n = len(model.blocks)
-    if not 0 <= layer < n:
-        raise ValueError(f"layer {layer} out of range for a model with {n} layers")
+def _check_layer(model, layer: int, analysis: str, points: tuple[str, ...] = (), weights: bool = False) -> None:
+    require_transformer(model, analysis, points, weights)
+    require_layer(model, layer, analysis)
 
 
 def attention_scores(model, tokens: torch.Tensor, layer: int = 0, attn_mask: str | None = None,
                      prompt_len=None) -> torch.Tensor:
     """Pre-softmax attention scores [B, H, T, T] of ``layer`` (RoPE applied, ALiBi bias added, masked
     entries -inf), so that ``softmax(scores, -1)`` is the model's attention pattern."""
-    _check_layer(model, layer)
+    _check_layer(model, layer, "attention_scores", ("q", "k"))
     names = [f"blocks.{layer}.attn.q", f"blocks.{layer}.attn.k"]
     with torch.no_grad(), model.cache(names) as c:
         model(tokens, attn_mask=attn_mask, prompt_len=prompt_len)
@@ -131,7 +134,7 @@ def storage_routing(model, q: Queries, layer: int = 0, exclude: tuple[int, ...] 
     (storage then measures how much key j favours the target over the contrast set, e.g. all entities of
     the target's type), which removes evidence shared by every candidate.
     """
-    _check_layer(model, layer)
+    _check_layer(model, layer, "storage_routing", ("pattern", "v"), weights=True)
     last = len(model.blocks) - 1
     names = [f"blocks.{layer}.attn.pattern", f"blocks.{layer}.attn.v", f"blocks.{last}.resid_post"]
     with model.cache(names) as c:
@@ -171,7 +174,7 @@ def storage_matrix(model, sources: torch.Tensor, targets: torch.Tensor | None = 
     centring but not its per-query scale (a positive factor, see :func:`final_norm_scale`).
     ``targets`` default: the whole output vocabulary.
     """
-    _check_layer(model, layer)
+    _check_layer(model, layer, "storage_matrix", weights=True)
     blk = model.blocks[layer]
     x = blk.ln1(model.tok_emb.weight[sources.to(model.tok_emb.weight.device)])  # [S,D]
     hw = blk.attn.head_weights()

@@ -14,6 +14,10 @@
   high rate minus at the low rate, over positions unmasked in both; fitted on half the sequences)
   added at every position of the other half's low-rate inputs; entropy change at their masked
   positions against ``n_random`` equal-norm random shifts.
+
+Needs only the residual stream of the model protocol (:mod:`dlmlab.models.protocol`), so it runs on
+every family; the points are :func:`dlmlab.analysis.layers.residual_layers` (``blocks.0.resid_pre``
+first).
 """
 
 from __future__ import annotations
@@ -24,13 +28,10 @@ import numpy as np
 import torch
 
 from dlmlab.analysis.heads import model_device, row_chunks
+from dlmlab.analysis.layers import residual_layers
 from dlmlab.analysis.probes import control_labels, probe_regression
+from dlmlab.analysis.requires import require_hooks
 from dlmlab.objectives.mdlm import corrupt, log_probs_no_mask
-
-
-def residual_points(model) -> list[str]:
-    """Hook names of the residual stream: the embedding and the output of every block."""
-    return ["blocks.0.resid_pre"] + [f"blocks.{i}.resid_post" for i in range(len(model.blocks))]
 
 
 @dataclass
@@ -64,7 +65,7 @@ def mask_rate_probe(model, tokens: torch.Tensor, mask_id: int, positions_per_seq
     t = lo + (hi - lo) * torch.rand(B, generator=gen)
     noisy, masked = corrupt(tokens, t, mask_id, gen)
     frac = masked.float().mean(1)  # actual global mask fraction [B]
-    points = residual_points(model)
+    points = residual_layers(model)  # blocks.0.resid_pre, then every blocks.{i}.resid_post
     P = min(positions_per_seq, T)
     pos = torch.rand(B, T, generator=gen).argsort(1)[:, :P]  # [B, P] sampled positions per sequence
     rows = torch.arange(B)[:, None].expand(B, P)
@@ -112,6 +113,7 @@ def patch_mask_rate(model, tokens: torch.Tensor, mask_id: int, point: str, direc
     """
     if not 0.0 < low < high <= 1.0:
         raise ValueError(f"need 0 < low < high <= 1, got low={low}, high={high}")
+    require_hooks(model, [point], "patch_mask_rate")
     gen = torch.Generator().manual_seed(seed)
     B = tokens.shape[0]
     x_low, m_low = corrupt(tokens, torch.full((B,), low), mask_id, gen)
@@ -170,6 +172,7 @@ def mean_shift_patch(model, tokens: torch.Tensor, mask_id: int, point: str = "bl
     """
     if not 0.0 < low < high <= 1.0:
         raise ValueError(f"need 0 < low < high <= 1, got low={low}, high={high}")
+    require_hooks(model, [point], "mean_shift_patch")
     B = tokens.shape[0]
     if B < 4:
         raise ValueError(f"need at least 4 sequences (half to fit, half to test), got {B}")
