@@ -1,4 +1,4 @@
-"""Hook points: cache / replace / add / hooks, removal (also on error), per-head outputs."""
+"""Hook points: cache / replace / add / hooks, removal (also on error), per-head outputs (opt-in)."""
 
 import pytest
 import torch
@@ -14,7 +14,7 @@ def test_hook_point_names_cover_the_documented_set():
     names = set(tiny_transformer().hook_points)
     expected = {"embed", "pos_embed", "final", "logits"}
     for i in range(2):
-        expected |= {f"blocks.{i}.{n}" for n in ["resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post",
+        expected |= {f"blocks.{i}.{n}" for n in ["resid_pre", "attn_out", "mixer_out", "resid_mid", "mlp_out", "resid_post",
                                                  "attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z",
                                                  "attn.head_out", "mlp.post"]}
     assert names == expected
@@ -28,7 +28,11 @@ def test_cache_records_shapes_and_is_removed(tokens):
     assert c["logits"].shape == (3, 12, 23) and torch.equal(c["logits"], logits)
     assert c["blocks.1.attn.q"].shape == (3, 12, 4, 8)
     assert c["blocks.1.attn.pattern"].shape == (3, 4, 12, 12)
-    assert c["blocks.1.attn.head_out"].shape == (3, 12, 4, 32)
+    # the per-head output is opt-in: left out of names=None, built when named
+    assert "blocks.1.attn.head_out" not in c and model.hook_points["blocks.1.attn.head_out"].opt_in
+    with torch.no_grad(), model.cache(["blocks.1.attn.head_out"]) as c_heads:
+        model(tokens)
+    assert c_heads["blocks.1.attn.head_out"].shape == (3, 12, 4, 32)
     assert c["blocks.0.mlp.post"].shape == (3, 12, 64)
     # the residual stream adds up
     b = "blocks.0."

@@ -11,10 +11,16 @@ slower path that materialises an activation only when someone looks at it
 
 * ``cache(names)``   -> dict filled with the activations seen during forward;
 * ``replace(values)`` -> substitute a tensor (or ``fn(act) -> act``) at points;
-* ``add(values)``     -> add a tensor (broadcast) at points.
+* ``add(values)``     -> add a tensor (broadcast) at points;
 
-``names`` is ``None`` (all), a list of exact names / ``fnmatch`` globs, or a
-predicate ``name -> bool``.  Every name or glob must match at least one hook point,
+and one call, ``run_with_cache(tokens, names)`` -> ``(logits, ActivationCache)``
+(:mod:`dlmlab.analysis.cache`), optionally with the gradient of a loss at every cached point.
+
+``names`` is ``None`` (all points except the opt-in ones), a list of exact names / ``fnmatch``
+globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
+are only built when hooked (the per-head attention output ``blocks.{i}.attn.head_out``
+[B,T,H,D]; see :attr:`HookedModule.opt_in_points`): ``names=None`` leaves them out, a name or
+glob / predicate that matches them takes them.  Every name or glob must match at least one hook point,
 else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
 closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
 activation's device and dtype.  Hooks are always removed on exit, also on error.
@@ -40,9 +46,10 @@ NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
 class HookPoint(nn.Module):
     """Identity module that runs attached functions on the tensor passing through."""
 
-    def __init__(self) -> None:
+    def __init__(self, opt_in: bool = False) -> None:
         super().__init__()
         self.name: str = ""
+        self.opt_in = opt_in  # True: costly to build, left out of ``names=None`` (cache / run_with_cache)
         self._fns: list[HookFn] = []
 
     @property
@@ -117,11 +124,16 @@ class HookedModule(nn.Module):
     Call :meth:`setup_hooks` at the end of ``__init__``.
     """
 
+    #: globs of the points left out of ``names=None`` (besides any ``HookPoint(opt_in=True)``)
+    opt_in_points: tuple[str, ...] = ("*.attn.head_out",)
+
     def setup_hooks(self) -> None:
         self._hook_points: dict[str, HookPoint] = {}
         for name, mod in self.named_modules():
             if isinstance(mod, HookPoint):
                 mod.name = name
+                if any(fnmatch.fnmatchcase(name, g) for g in self.opt_in_points):
+                    mod.opt_in = True
                 self._hook_points[name] = mod
 
     @property
@@ -129,8 +141,11 @@ class HookedModule(nn.Module):
         return dict(self._hook_points)
 
     def select_hooks(self, names: NameFilter) -> dict[str, HookPoint]:
-        """The hook points ``names`` chooses; raises :class:`UnknownHookPoint` for a name or glob
-        that matches none (a typo must not be dropped silently)."""
+        """The hook points ``names`` chooses (``None``: all but the opt-in ones); raises
+        :class:`UnknownHookPoint` for a name or glob that matches none (a typo must not be dropped
+        silently)."""
+        if names is None:
+            return {n: h for n, h in self._hook_points.items() if not h.opt_in}
         patterns = _patterns(names)
         if patterns is not None:
             known = list(self._hook_points)
@@ -154,16 +169,88 @@ class HookedModule(nn.Module):
             for r in removers:
                 r()
 
+    def _attach_each(self, points: Mapping[str, HookPoint], fn: HookFn) -> list[Callable[[], None]]:
+        return [hp.attach(fn) for hp in points.values()]
+
     @contextlib.contextmanager
     def cache(self, names: NameFilter = None, detach: bool = True) -> Iterator[dict[str, torch.Tensor]]:
-        """Record activations at the chosen points: ``with m.cache() as c: m(x)``."""
+        """Record activations at the chosen points: ``with m.cache() as c: m(x)``.
+
+        The stored tensors are references (no copy); ``detach=True`` stores them cut from autograd.
+        A later hook that changes a tensor in place would change the stored one too."""
         store: dict[str, torch.Tensor] = {}
 
-        def save(x: torch.Tensor, hp: HookPoint) -> None:
-            store[hp.name] = x.detach() if detach else x
+        if detach:
+            def save(x: torch.Tensor, hp: HookPoint) -> None:
+                store[hp.name] = x.detach()
+        else:
+            def save(x: torch.Tensor, hp: HookPoint) -> None:
+                store[hp.name] = x
 
-        with self.hooks({n: save for n in self.select_hooks(names)}):
+        removers = []
+        try:
+            removers = self._attach_each(self.select_hooks(names), save)
             yield store
+        finally:
+            for r in removers:
+                r()
+
+    def run_with_cache(self, tokens: torch.Tensor, names: NameFilter = None, *, detach: bool = True,
+                       loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                       grad_names: NameFilter = None, step: int | None = None, **forward_kwargs):
+        """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.analysis.cache.ActivationCache`
+        of the activations at the points ``names`` chooses (``None``: every point but the opt-in ones,
+        e.g. per-head outputs, which :meth:`ActivationCache.stack_head_results` builds from ``z``).
+
+        tokens [B,T]; ``forward_kwargs`` go to the model's forward.  Stored tensors are references
+        to the activations, detached unless ``detach=False``.
+
+        ``loss_fn(logits) -> scalar``: also store d loss / d activation at each point ``grad_names``
+        chooses (default: the cached points) in ``cache.grads`` (computed with
+        :func:`torch.autograd.grad`, so parameters' ``.grad`` are left alone; works with frozen
+        parameters too).  Needs grad mode on; the returned logits are then detached.
+        ``step``: stored as ``cache.step`` (e.g. the denoising step of a sampling trajectory).
+        """
+        from dlmlab.analysis.cache import ActivationCache  # the analysis package imports the models
+
+        points = self.select_hooks(names)
+        if loss_fn is None:
+            with self.cache(points.__contains__, detach=detach) as store:
+                logits = self(tokens, **forward_kwargs)
+            return logits, ActivationCache(store, self, step=step, meta=_meta(forward_kwargs))
+        if not torch.is_grad_enabled():
+            raise UserError("run_with_cache(loss_fn=...) computes gradients: call it with grad mode on "
+                            "(not under torch.no_grad() / inference_mode())")
+        grad_points = points if grad_names is None else self.select_hooks(grad_names)
+        store: dict[str, torch.Tensor] = {}
+        live: dict[str, torch.Tensor] = {}
+
+        def save(x: torch.Tensor, hp: HookPoint):
+            out = None
+            if hp.name in grad_points:
+                if not x.requires_grad:  # frozen parameters below this point: make it a leaf of the graph
+                    x = out = x.detach().requires_grad_(True)
+                live[hp.name] = x
+            if hp.name in points:
+                store[hp.name] = x.detach() if detach else x
+            return out
+
+        removers = []
+        try:
+            removers = self._attach_each({**points, **grad_points}, save)
+            logits = self(tokens, **forward_kwargs)
+        finally:
+            for r in removers:
+                r()
+        loss = loss_fn(logits)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise UserError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}"
+                            f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}")
+        names_g = list(live)
+        grads = torch.autograd.grad(loss, [live[n] for n in names_g], allow_unused=True)
+        grad_store = {n: torch.zeros_like(live[n]) if g is None else g for n, g in zip(names_g, grads)}
+        cache = ActivationCache(store, self, step=step, grads=grad_store, meta=_meta(forward_kwargs))
+        return logits.detach(), cache
 
     @contextlib.contextmanager
     def replace(self, values: Mapping[str, Union[torch.Tensor, Callable]]) -> Iterator[None]:
@@ -188,6 +275,12 @@ class HookedModule(nn.Module):
 
         with self.hooks({n: make(v) for n, v in values.items()}):
             yield
+
+
+def _meta(forward_kwargs: Mapping) -> dict:
+    """What a cache records about the forward: the keywords given (not None) and whether ``embed_add`` was."""
+    given = sorted(k for k, v in forward_kwargs.items() if v is not None)
+    return {"forward_kwargs": given, "embed_add": "embed_add" in given}
 
 
 def _like(v: torch.Tensor, x: torch.Tensor, hp: HookPoint, what: str) -> torch.Tensor:

@@ -1,18 +1,26 @@
-"""Fold LayerNorm / RMSNorm into the following linear layers -> a "folded no-LayerNorm" model.
+"""Folding LayerNorm / RMSNorm into the linear layers after it, two ways, each named for what it does.
 
-A pre-norm ``y = LN(x) W^T + c`` with ``LN(x) = w * (x - mean(x)) / sigma(x) + b`` is linear in x
-except for the per-token scale sigma(x).  Freezing sigma to a constant s (its mean over a
-reference batch) gives
+A pre-norm sublayer reads ``y = N(x) W^T + c`` with ``N(x) = w * P x / sigma(x) + b``
+(``P = I - 11^T/D`` centres for LayerNorm, ``P = I`` for RMSNorm, ``sigma`` the per-token scale).
 
-    y = x (P diag(w) W^T) / s + (W b + c),    P = I - 11^T / D (centring; I for RMSNorm)
+:func:`fold_ln` (TransformerLens's ``fold_ln``: exact, normalisation kept)
+    moves the norm's weight and bias into the next layers, ``W' = W diag(w)`` (reading weights
+    centred for LayerNorm, as TransformerLens does), ``c' = c + W b``, and leaves the norm as pure
+    normalisation ``P x / sigma(x)`` (weight 1, bias 0).  By default the writing weights (token /
+    position embeddings, attention W_O, MLP out and their biases) are centred too when every
+    reader of the residual stream is a LayerNorm (TransformerLens's ``center_writing_weights``).
+    The folded model computes the same function: logits equal the original's to float round-off.
 
-so every norm can be folded into the next linear layers (attention W_Q/W_K/W_V, MLP fc_in /
-fc_gate, the unembedding) and removed.  The only approximation is sigma(x) -> s:
+:func:`fold_ln_frozen_scale` (formerly ``fold_layernorm``: a linearisation)
+    also freezes ``sigma(x)`` to a constant ``s`` (its mean over a reference batch,
+    :func:`norm_scales`) and removes the norm: ``y = x (P diag(w) W^T)/s + (W b + c)``, so the model
+    from the residual stream to every sublayer input is linear.  That is an approximation:
+    :func:`freeze_norm_scales` gives the reference model with the frozen scale (the fold equals it
+    to round-off) and :func:`fold_gap` measures both against the original.
 
-* :func:`freeze_norm_scales` returns a copy whose norms use the frozen scale (reference model);
-* :func:`fold_layernorm` returns a copy with the norms folded away; its logits equal those of
-  the frozen-scale copy up to float round-off (tested), and :func:`fold_gap` reports how far both
-  are from the original model.
+Norm scales have one implementation here, :func:`norm_scale` (the per-token ``sigma``, as the
+norm computes it) and :func:`scale_like_norm` (``w * P x / sigma`` for a given sigma, used by
+:meth:`dlmlab.analysis.cache.ActivationCache.apply_ln_to_stack`); other modules import them.
 """
 
 from __future__ import annotations
@@ -25,8 +33,16 @@ import torch
 from torch import nn
 
 from dlmlab.analysis.heads import model_device
+from dlmlab.errors import UserError
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.precision import upcast
+
+
+class MissingScale(UserError, KeyError):
+    """A norm with no frozen scale given."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class FrozenScaleNorm(nn.Module):
@@ -45,46 +61,93 @@ class FrozenScaleNorm(nn.Module):
         return y + self.bias if self.bias is not None else y
 
 
-def _norm_sites(model) -> Iterator[tuple[nn.Module, str, list[nn.Linear]]]:
-    """(owner, norm attribute, linear layers reading that norm's output) for every norm of the model."""
-    for block in model.blocks:
-        att = block.attn
-        yield block, "ln1", [att.W_q, att.W_k, att.W_v]
-        if getattr(block, "mlp", None) is not None:
-            mlp = block.mlp
-            yield block, "ln2", [mlp.fc_in] + ([mlp.fc_gate] if hasattr(mlp, "fc_gate") else [])
-    yield model, "ln_final", [model.unembed]
-
-
-def _norm_params(norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None, bool, float]:
+# -- the per-token scale of a norm ---------------------------------------------------------------
+def _norm_params(norm: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
+    """(weight or None, bias or None, centres?, eps) of a LayerNorm / RMSNorm / FrozenScaleNorm."""
     if isinstance(norm, nn.LayerNorm):
-        D = norm.normalized_shape[-1]
-        w = norm.weight if norm.weight is not None else torch.ones(D)
-        return w.detach(), None if norm.bias is None else norm.bias.detach(), True, norm.eps
+        w = None if norm.weight is None else norm.weight.detach()
+        return w, None if norm.bias is None else norm.bias.detach(), True, norm.eps
     if isinstance(norm, RMSNorm):
         return norm.weight.detach(), None, False, norm.eps
     if isinstance(norm, FrozenScaleNorm):
         return norm.weight, norm.bias, norm.center, 0.0
-    raise TypeError(f"cannot fold a {type(norm).__name__}; only LayerNorm and RMSNorm are supported")
+    raise UserError(f"cannot use a {type(norm).__name__} as a norm here; only LayerNorm and RMSNorm "
+                    "(and their frozen-scale copies) are supported")
+
+
+def norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The per-token scale ``sigma`` [...] that ``norm`` divides ``x`` [..., D] by.
+
+    LayerNorm: ``sqrt(var(x) + eps)`` (biased variance); RMSNorm: ``sqrt(mean(x^2) + eps)``;
+    a frozen-scale norm: its constant; ``nn.Identity`` (no norm): 1.  Computed in at least float32
+    (float64 stays float64)."""
+    if isinstance(norm, nn.Identity):
+        return torch.ones(x.shape[:-1], dtype=upcast(x[..., :1]).dtype, device=x.device)
+    if isinstance(norm, FrozenScaleNorm):
+        return torch.full(x.shape[:-1], norm.scale, dtype=upcast(x[..., :1]).dtype, device=x.device)
+    _, _, center, eps = _norm_params(norm)
+    x = upcast(x)
+    if center:
+        x = x - x.mean(-1, keepdim=True)
+    return (x.pow(2).mean(-1) + eps).sqrt()
+
+
+def scale_like_norm(norm: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``w * P x / scale`` for ``x`` [..., D] and a given ``scale`` broadcastable to ``x.shape[:-1]``:
+    the norm's output without its bias (linear in x for a fixed scale, so a sum of parts maps to the
+    sum of their images)."""
+    if isinstance(norm, nn.Identity):
+        return x / scale[..., None].to(x.dtype)
+    w, _, center, _ = _norm_params(norm)
+    if center:
+        x = x - x.mean(-1, keepdim=True)
+    y = x / scale[..., None].to(x.dtype)
+    return y * w.to(y.dtype) if w is not None else y
+
+
+# -- where the norms are ---------------------------------------------------------------------------
+def _norm_sites(model) -> Iterator[tuple[nn.Module, str, list[tuple[nn.Module, str]]]]:
+    """(owner, norm attribute, [(module, attribute) of each linear layer reading the norm]) per norm.
+
+    Transformer blocks: ``ln1`` -> W_q/W_k/W_v, ``ln2`` -> MLP fc_in (/fc_gate); pre-norm SSM blocks
+    (Mamba, Mamba-2): ``norm`` -> ``mixer.in_proj``; the model: ``ln_final`` -> ``unembed``."""
+    missing = [a for a in ("blocks", "ln_final", "unembed") if getattr(model, a, None) is None]
+    if missing:
+        raise UserError(f"norm folding / scales need a model with blocks, ln_final and unembed (a dlmlab "
+                        f"Transformer, Mamba, Mamba-2, LSTM or GRU); this {type(model).__name__} has no "
+                        f"{', '.join(missing)}")
+    for block in model.blocks:
+        if getattr(block, "attn", None) is not None and hasattr(block, "ln1"):
+            yield block, "ln1", [(block.attn, n) for n in ("W_q", "W_k", "W_v")]
+        if getattr(block, "mlp", None) is not None and hasattr(block, "ln2"):
+            yield block, "ln2", [(block.mlp, n) for n in ("fc_in", "fc_gate") if hasattr(block.mlp, n)]
+        mixer = getattr(block, "mixer", None)
+        if isinstance(getattr(block, "norm", None), nn.Module) and isinstance(getattr(mixer, "in_proj", None), nn.Linear):
+            yield block, "norm", [(mixer, "in_proj")]
+    yield model, "ln_final", [(model, "unembed")]
+
+
+def _site_name(model, owner, attr: str) -> str:
+    if owner is model:
+        return attr
+    return f"blocks.{list(model.blocks).index(owner)}.{attr}"
 
 
 @torch.no_grad()
 def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, float]:
-    """Mean per-token scale (std for LayerNorm, rms for RMSNorm, incl. eps) of each norm's input on ``tokens``."""
+    """Mean per-token scale (:func:`norm_scale`) of each norm's input on ``tokens``, by norm name
+    (``blocks.{i}.ln1|ln2|norm``, ``ln_final``); models without norms to fold raise a :class:`UserError`."""
     seen: dict[str, float] = {}
     handles = []
     for owner, attr, _ in _norm_sites(model):
         norm = getattr(owner, attr)
         if isinstance(norm, nn.Identity):
             continue
-        _, _, center, eps = _norm_params(norm)
+        _norm_params(norm)  # a clear error for an unsupported norm, before the forward
         key = _site_name(model, owner, attr)
 
-        def hook(mod, inp, out, key=key, center=center, eps=eps):
-            x = upcast(inp[0])  # float64 stays float64
-            if center:
-                x = x - x.mean(-1, keepdim=True)
-            seen[key] = float((x.pow(2).mean(-1) + eps).sqrt().mean())
+        def hook(mod, inp, out, key=key):
+            seen[key] = float(norm_scale(mod, inp[0]).mean())
 
         handles.append(norm.register_forward_hook(hook))
     try:
@@ -95,25 +158,16 @@ def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, floa
     return seen
 
 
-def _site_name(model, owner, attr: str) -> str:
-    if owner is model:
-        return attr
-    return f"blocks.{list(model.blocks).index(owner)}.{attr}"
-
-
-def freeze_norm_scales(model, scales: dict[str, float]) -> nn.Module:
-    """Copy of ``model`` whose norms divide by the constant ``scales[name]`` instead of the per-token scale."""
-    frozen = copy.deepcopy(model)
-    for owner, attr, _ in _norm_sites(frozen):
-        norm = getattr(owner, attr)
-        if isinstance(norm, nn.Identity):
-            continue
-        name = _site_name(frozen, owner, attr)
-        if name not in scales:
-            raise KeyError(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
-        w, b, center, _ = _norm_params(norm)
-        setattr(owner, attr, FrozenScaleNorm(w, b, scales[name], center))
-    return frozen
+def _untie_unembed(model) -> None:
+    """Give ``model.unembed`` its own weight when it shares the token embedding's."""
+    un = model.unembed
+    if getattr(un, "weight", None) is getattr(getattr(model, "tok_emb", None), "weight", None):
+        new = nn.Linear(un.in_features, un.out_features, bias=un.bias is not None, dtype=un.weight.dtype,
+                        device=un.weight.device)
+        new.weight = nn.Parameter(un.weight.detach().clone())
+        if un.bias is not None:
+            new.bias = nn.Parameter(un.bias.detach().clone())
+        model.unembed = new
 
 
 def _with_bias(lin: nn.Linear) -> nn.Linear:
@@ -125,33 +179,127 @@ def _with_bias(lin: nn.Linear) -> nn.Linear:
     return new
 
 
-@torch.no_grad()
-def fold_layernorm(model, scales: dict[str, float]) -> nn.Module:
-    """Copy of ``model`` with every norm folded into the linear layers after it and replaced by identity.
+def _replace_cfg(model, **fields) -> None:
+    cfg = getattr(model, "cfg", None)
+    if cfg is not None and dataclasses.is_dataclass(cfg):
+        names = {f.name for f in dataclasses.fields(cfg)}
+        model.cfg = dataclasses.replace(cfg, **{k: v for k, v in fields.items() if k in names})
 
-    ``scales`` = :func:`norm_scales` (the frozen sigma per norm).  The unembedding is untied from the
-    token embedding and gets a bias; ``cfg.norm`` of the copy becomes "none" and ``cfg.bias`` True.
-    """
+
+# -- TransformerLens's exact fold ------------------------------------------------------------------
+@torch.no_grad()
+def fold_ln(model, center_writing_weights: bool = True, center_unembed: bool = False) -> nn.Module:
+    """Copy of ``model`` with each norm's weight and bias folded into the linear layers reading it and
+    the norm left as pure normalisation (weight 1, bias 0): the same function, exactly.
+
+    LayerNorm: the reading weights are centred (their mean over the input is removed, which the
+    centred norm output cannot see).  ``center_writing_weights`` (LayerNorm models whose every
+    residual reader is a LayerNorm, i.e. Transformers): the mean over d_model of every write to the
+    residual stream (token / position embeddings, W_O and MLP fc_out with their biases) is removed
+    too; the residual-stream activations then change by a per-token multiple of the all-ones vector
+    and nothing downstream does.  ``center_unembed``: the unembedding's mean over the vocabulary
+    is removed (logits shift by a per-token constant; log-probabilities unchanged).
+    The unembedding is untied from the token embedding and biases are added where the fold needs
+    them (``cfg.bias`` / ``cfg.tie_embeddings`` of the copy updated)."""
     folded = copy.deepcopy(model)
-    if getattr(folded.unembed, "weight", None) is getattr(folded.tok_emb, "weight", None):
+    _untie_unembed(folded)
+    sites = list(_norm_sites(folded))
+    norms = [getattr(o, a) for o, a, _ in sites]
+    added_bias = False
+    for owner, attr, readers in sites:
+        norm = getattr(owner, attr)
+        if isinstance(norm, nn.Identity):
+            continue
+        if isinstance(norm, FrozenScaleNorm):
+            raise UserError("fold_ln needs the original norms; this model's norms have frozen scales")
+        w, b, center, _ = _norm_params(norm)
+        for lin_owner, lin_attr in readers:
+            lin = getattr(lin_owner, lin_attr)
+            if b is not None and lin.bias is None:
+                lin, added_bias = _with_bias(lin), True
+            W = lin.weight.data  # [out, D]
+            if b is not None:
+                lin.bias.data += W @ b.to(W.dtype)
+            W_new = W * w.to(W.dtype)[None, :] if w is not None else W.clone()
+            if center:
+                W_new -= W_new.mean(-1, keepdim=True)
+            lin.weight.data = W_new
+            setattr(lin_owner, lin_attr, lin)
+        if w is not None:
+            norm.weight.data.fill_(1.0)
+        if b is not None:
+            norm.bias.data.zero_()
+    all_layer_norm = bool(norms) and all(isinstance(n, nn.LayerNorm) for n in norms)
+    if center_writing_weights and all_layer_norm and hasattr(folded.blocks[0], "attn"):
+        _center_writing_weights(folded)
+    if center_unembed:
         un = folded.unembed
-        folded.unembed = nn.Linear(un.in_features, un.out_features, bias=False, dtype=un.weight.dtype,
-                                   device=un.weight.device)
-        folded.unembed.weight = nn.Parameter(un.weight.detach().clone())
-    for owner, attr, _ in list(_norm_sites(folded)):
+        un.weight.data -= un.weight.data.mean(0, keepdim=True)
+        if un.bias is not None:
+            un.bias.data -= un.bias.data.mean()
+    fields = {"tie_embeddings": False}
+    if added_bias:
+        fields["bias"] = True
+    _replace_cfg(folded, **fields)
+    return folded
+
+
+def _center_writing_weights(model) -> None:
+    """Remove the d_model mean of every write to the residual stream (embeddings, W_O, MLP fc_out)."""
+    for emb in (getattr(model, "tok_emb", None), getattr(model, "pos_emb", None)):
+        if emb is not None:
+            emb.weight.data -= emb.weight.data.mean(-1, keepdim=True)
+    for block in model.blocks:
+        writers = [block.attn.W_o] + ([block.mlp.fc_out] if getattr(block, "mlp", None) is not None else [])
+        for lin in writers:  # weight [D, in]: centre each column over D
+            lin.weight.data -= lin.weight.data.mean(0, keepdim=True)
+            if lin.bias is not None:
+                lin.bias.data -= lin.bias.data.mean()
+
+
+# -- the frozen-scale linearisation ------------------------------------------------------------------
+def freeze_norm_scales(model, scales: dict[str, float]) -> nn.Module:
+    """Copy of ``model`` whose norms divide by the constant ``scales[name]`` instead of the per-token scale."""
+    frozen = copy.deepcopy(model)
+    for owner, attr, _ in list(_norm_sites(frozen)):
+        norm = getattr(owner, attr)
+        if isinstance(norm, nn.Identity):
+            continue
+        name = _site_name(frozen, owner, attr)
+        if name not in scales:
+            raise MissingScale(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
+        w, b, center, _ = _norm_params(norm)
+        if w is None:
+            w = torch.ones(norm.normalized_shape[-1])
+        setattr(owner, attr, FrozenScaleNorm(w, b, scales[name], center))
+    return frozen
+
+
+@torch.no_grad()
+def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
+    """Copy of ``model`` *linearised by freezing each norm's scale* to ``scales[name]``
+    (:func:`norm_scales`), the norm then folded into the linear layers after it and replaced by identity.
+
+    Not the same function as the original: the per-token scale becomes a constant (see
+    :func:`fold_gap`; :func:`fold_ln` is the exact fold).  The unembedding is untied from the token
+    embedding and gets a bias; ``cfg.norm`` of the copy becomes "none" and ``cfg.bias`` True."""
+    folded = copy.deepcopy(model)
+    _untie_unembed(folded)
+    for owner, attr, readers in list(_norm_sites(folded)):
         norm = getattr(owner, attr)
         if isinstance(norm, nn.Identity):
             continue
         name = _site_name(folded, owner, attr)
         if name not in scales:
-            raise KeyError(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
+            raise MissingScale(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
         w, b, center, _ = _norm_params(norm)
-        D = w.shape[0]
+        D = norm.normalized_shape[-1] if w is None else w.shape[0]
+        if w is None:
+            w = torch.ones(D)
         eye = torch.eye(D, dtype=w.dtype, device=w.device)
         P = eye - 1.0 / D if center else eye
         fold_t = (w[:, None] * P) / scales[name]  # (P diag(w) / s)^T: x -> x P diag(w) / s, so W' = W fold_t
-        # rebuild the linear layers of this site (attribute lookup again: the site may have been re-bound)
-        for lin_owner, lin_attr in _linear_attrs(folded, owner, attr):
+        for lin_owner, lin_attr in readers:
             lin = _with_bias(getattr(lin_owner, lin_attr))
             W = lin.weight.data.clone()  # [out, D]
             if b is not None:
@@ -159,17 +307,11 @@ def fold_layernorm(model, scales: dict[str, float]) -> nn.Module:
             lin.weight.data = W @ fold_t.to(W.dtype)
             setattr(lin_owner, lin_attr, lin)
         setattr(owner, attr, nn.Identity())
-    if hasattr(folded, "cfg"):
-        folded.cfg = dataclasses.replace(folded.cfg, norm="none", bias=True, tie_embeddings=False)
+    _replace_cfg(folded, norm="none", bias=True, tie_embeddings=False)
     return folded
 
 
-def _linear_attrs(model, owner, attr: str) -> list[tuple[nn.Module, str]]:
-    if attr == "ln1":
-        return [(owner.attn, n) for n in ("W_q", "W_k", "W_v")]
-    if attr == "ln2":
-        return [(owner.mlp, n) for n in ("fc_in", "fc_gate") if hasattr(owner.mlp, n)]
-    return [(model, "unembed")]
+fold_layernorm = fold_ln_frozen_scale  # the former name (studies/induction/analyse.py and older code)
 
 
 @torch.no_grad()
