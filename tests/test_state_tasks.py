@@ -102,3 +102,32 @@ def test_code_depth_split_and_windows():
     assert (rec[ok] == y.numpy()[ok]).all()
     with pytest.raises(ConfigError, match="split"):
         t.sample(2, 10, g(), split="valid")
+
+
+def test_corruptions_change_the_final_label():
+    """Every task's corruption at one position moves the labels from there on (patching needs a gap)."""
+    gen = g(5)
+    for task, n in [(ParityTask(), 16), (S3Task(), 16), (DyckTask(k=2, max_depth=10), 64),
+                    (CodeDepthTask(max_files=4), 400)]:
+        x, y = task.sample(n, 40, gen, split="test") if isinstance(task, CodeDepthTask) else task.sample(n, 40, gen)
+        assert (task.labels(x) == y).all(), task.name
+        ok = task.corruptible(x, 20)
+        assert ok.shape == (n,) and ok.sum() >= 2, task.name
+        c = task.corrupt(x[ok], 20)
+        assert (c[:, :20] == x[ok][:, :20]).all() and (c[:, 21:] == x[ok][:, 21:]).all()
+        yc = task.labels(c)
+        assert (yc[:, :20] == y[ok][:, :20]).all() and (yc[:, -1] != y[ok][:, -1]).all(), task.name
+    # Dyck: a flip moves the depth by exactly 2; rows leaving [0, max_depth] are refused
+    t = DyckTask(k=2, max_depth=3)
+    x = torch.tensor([[0, 1, 0, 2], [0, 2, 4 % 4, 3]])
+    assert t.corruptible(x, 1).tolist() == [False, True]  # row 0 would go below depth 0
+    assert (t.labels(t.corrupt(x[1:], 1)) - t.labels(x[1:]))[0, 1:].tolist() == [-2, -2, -2]
+    # Code-Depth: only depth-changing tokens are corrupted (a NAME at pos is not)
+    from dlmlab.tasks.code_depth import TOKEN_ID
+
+    t = CodeDepthTask(max_files=1)
+    x = torch.tensor([[TOKEN_ID["("], TOKEN_ID["NAME"], TOKEN_ID["("], TOKEN_ID["("]],
+                      [TOKEN_ID["("], TOKEN_ID["NAME"], TOKEN_ID["("], TOKEN_ID[")"]]])
+    assert t.corruptible(x, 1).tolist() == [False, False]  # NAME changes no depth
+    assert t.corruptible(x, 2).tolist() == [True, False]  # row 1 would end below depth 0
+    assert t.labels(t.corrupt(x[:1], 2)).tolist() == [[1, 1, 0, 1]] and t.labels(x[:1]).tolist() == [[1, 1, 2, 3]]

@@ -41,6 +41,12 @@ SPECIAL = ["NAME", "NUMBER", "STRING", "NEWLINE", "INDENT", "DEDENT", "OTHER"]
 VOCAB: list[str] = SPECIAL + KEYWORDS + OPERATORS + FREQUENT_NAMES
 TOKEN_ID = {s: i for i, s in enumerate(VOCAB)}
 OPEN, CLOSE = set("([{"), set(")]}")
+# depth change of each depth-changing token, and the token that changes it the other way
+STEP = {"INDENT": 1, "DEDENT": -1, "(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+OPPOSITE = {"INDENT": "DEDENT", "DEDENT": "INDENT", "(": ")", ")": "(", "[": "]", "]": "[", "{": "}", "}": "{"}
+_STEP_OF_ID = torch.tensor([STEP.get(v, 0) for v in VOCAB], dtype=torch.long)
+_OPPOSITE_ID = torch.tensor([TOKEN_ID[OPPOSITE[v]] if v in OPPOSITE else i for i, v in enumerate(VOCAB)],
+                            dtype=torch.long)
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
 
 
@@ -161,3 +167,29 @@ class CodeDepthTask:
         toks = np.stack([data[f][0][s:s + length] for f, s in starts[pick]])
         labs = np.stack([data[f][1][s:s + length] for f, s in starts[pick]])
         return torch.from_numpy(toks), torch.from_numpy(labs)
+
+    def labels(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Depth after each token of a window that starts at depth 0, [B,T] -> [B,T]: the running sum of
+        the depth steps (``STEP``), clipped to ``[0, max_depth]`` (equal to :meth:`sample`'s labels)."""
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= len(VOCAB)):
+            raise ValueError(f"code_depth tokens must be in [0, {len(VOCAB)})")
+        return _STEP_OF_ID[tokens.long()].cumsum(-1).clamp(0, self.max_depth)
+
+    def corrupt(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """Replace the depth-changing token at ``pos`` by the one changing depth the other way (``INDENT``
+        <-> ``DEDENT``, ``(`` <-> ``)``, ...): every depth from ``pos`` on moves by 2.  Other tokens are
+        left as they are (such rows are not :meth:`corruptible`)."""
+        out = tokens.clone()
+        out[:, pos] = _OPPOSITE_ID[out[:, pos].long()]
+        return out
+
+    def corruptible(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """[B] bool: rows where the token at ``pos`` changes depth, and the clean and corrupted running
+        depths stay in ``[0, max_depth]`` without clipping (so both label sequences are exact)."""
+        steps = _STEP_OF_ID[tokens.long()]
+        clean = steps.cumsum(-1)
+        corr = _STEP_OF_ID[self.corrupt(tokens, pos).long()].cumsum(-1)
+        ok = steps[:, pos] != 0
+        for d in (clean, corr):
+            ok &= (d.min(-1).values >= 0) & (d.max(-1).values <= self.max_depth)
+        return ok

@@ -63,3 +63,17 @@ class DyckTask:
         if tokens.numel() and (int(depth.min()) < 0 or int(depth.max()) > self.max_depth):
             raise ValueError(f"not a Dyck prefix with depth in [0, {self.max_depth}]")
         return depth
+
+    def corrupt(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """Flip the bracket at ``pos`` between opening and closing (same type): every depth from ``pos``
+        on moves by 2.  The result may close a bracket of another type than the innermost open one; the
+        label (the depth) is a count that ignores types.  Rows where a depth leaves ``[0, max_depth]``
+        are invalid (see :meth:`corruptible`)."""
+        out = tokens.clone()
+        out[:, pos] = out[:, pos] ^ 1  # 2j <-> 2j + 1
+        return out
+
+    def corruptible(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """[B] bool: rows whose corrupted depths all stay in ``[0, max_depth]``."""
+        depth = (1 - 2 * (self.corrupt(tokens, pos) % 2)).cumsum(-1)
+        return (depth.min(-1).values >= 0) & (depth.max(-1).values <= self.max_depth)

@@ -39,3 +39,7 @@ class ParityTask:
         out = tokens.clone()
         out[:, pos] = 1 - out[:, pos]
         return out
+
+    def corruptible(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """[B] bool: rows where :meth:`corrupt` at ``pos`` gives a valid input (every row)."""
+        return torch.ones(tokens.shape[0], dtype=torch.bool)

@@ -62,3 +62,7 @@ class S3Task:
         out = tokens.clone()
         out[:, pos] = (out[:, pos] + 1 + (out[:, pos] * 7 + pos) % 5) % 6
         return out
+
+    def corruptible(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
+        """[B] bool: rows where :meth:`corrupt` at ``pos`` gives a valid input (every row)."""
+        return torch.ones(tokens.shape[0], dtype=torch.bool)
