@@ -115,7 +115,7 @@ def test_checkpoints_are_not_pickles(tmp_path):
     model = tiny_transformer()
     train(model, TrainConfig(steps=3, batch_size=8, progress=False, log_every=1), *toy_task(), out_dir=tmp_path)
     files = sorted(p.name for p in latest_checkpoint(tmp_path).iterdir())
-    assert files == ["model.safetensors", "optimizer.safetensors", "state.json"]
+    assert files == ["model.json", "model.safetensors", "optimizer.safetensors", "state.json"]
 
 
 # --- subprocesses: kill -9 and torchrun ----------------------------------------------------------

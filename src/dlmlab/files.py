@@ -1,5 +1,10 @@
 """Writing files so that a reader never sees half of one (write a temp file, then rename over),
-and JSON that is strict (no ``NaN`` / ``Infinity`` tokens, which strict JSON parsers reject)."""
+and JSON that is strict (no ``NaN`` / ``Infinity`` tokens, which strict JSON parsers reject).
+
+The one temp-file-and-rename in the package is :func:`atomic_write`; :func:`atomic_write_text` and
+:func:`atomic_write_bytes` are its two common cases.  Anything that writes through a library call
+(``fig.savefig``, ``safetensors.save_file``, ``Tokenizer.save``) passes that call as the callback.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,47 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step: a crash leaves the old file or the new one, never a torn one.
+def temp_path(path: str | Path) -> Path:
+    """The temp file :func:`atomic_write` fills before renaming it over ``path``: a hidden name beside it
+    that holds the process id (two writers never share, and remove, one temp file) and ends with
+    ``path``'s own suffix (libraries that pick a format by suffix, as ``savefig`` does, still work)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
 
-    The temp file's name holds the process id, so two writers never share (and remove) one temp file.
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any], fsync: bool = False) -> None:
+    """Replace ``path`` in one step with what ``write(tmp)`` writes into the temp file ``tmp``.
+
+    A crash leaves the old file or the new one, never a torn one; on any error the temp file is
+    removed and the error raised.  ``fsync`` also flushes the file to disk before the rename.
     """
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     try:
-        tmp.write_text(text)
+        write(tmp)
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | Path, text: str, fsync: bool = False) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) in one step (:func:`atomic_write`)."""
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), fsync=fsync)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = False) -> None:
+    """Replace ``path`` with ``data`` in one step (:func:`atomic_write`)."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(data), fsync=fsync)
 
 
 def finite_or_none(obj: Any) -> Any:

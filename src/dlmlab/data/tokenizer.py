@@ -8,12 +8,15 @@ from typing import Protocol
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from dlmlab.files import atomic_write_text
+
 
 class TextTokenizer(Protocol):
     vocab_size: int
 
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...
+    def to_json(self) -> str: ...
     def save(self, path: str | Path) -> None: ...
 
 
@@ -38,8 +41,12 @@ class CharTokenizer:
     def decode(self, ids: list[int]) -> str:
         return "".join(self.chars[i] for i in ids)
 
+    def to_json(self) -> str:
+        return json.dumps({"type": "char", "chars": self.chars})
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"type": "char", "chars": self.chars}))
+        """Write the tokenizer file in one step (a reader never sees half of it)."""
+        atomic_write_text(path, self.to_json())
 
 
 class BPETokenizer:
@@ -65,16 +72,25 @@ class BPETokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(list(ids))
 
+    def to_json(self) -> str:
+        return self.tok.to_str()
+
     def save(self, path: str | Path) -> None:
-        self.tok.save(str(path))
+        """Write the tokenizer file in one step (a reader never sees half of it)."""
+        atomic_write_text(path, self.to_json())
 
 
 def load_tokenizer(path: str | Path) -> TextTokenizer:
-    path = Path(path)
-    data = json.loads(path.read_text())
+    """The tokenizer a ``save`` wrote to ``path``."""
+    return tokenizer_from_json(Path(path).read_text(encoding="utf-8"))
+
+
+def tokenizer_from_json(text: str) -> TextTokenizer:
+    """The tokenizer whose ``to_json()`` is ``text``."""
+    data = json.loads(text)
     if data.get("type") == "char":
         return CharTokenizer(data["chars"])
-    return BPETokenizer(Tokenizer.from_file(str(path)))
+    return BPETokenizer(Tokenizer.from_str(text))
 
 
 def train_tokenizer(kind: str, text: str, vocab_size: int = 1024) -> TextTokenizer:

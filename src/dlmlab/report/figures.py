@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -10,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dlmlab.files import atomic_write  # noqa: E402
 from dlmlab.training.distributed import is_main_process  # noqa: E402
 
 
@@ -29,10 +29,9 @@ def save_figure(fig, out_dir: str | Path, name: str, caption: str) -> dict:
         return entry
     figdir = Path(out_dir) / "figures"
     figdir.mkdir(parents=True, exist_ok=True)
-    path = figdir / f"{name}.png"
-    tmp = figdir / f".{name}.tmp.png"
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        atomic_write(figdir / f"{name}.png", lambda tmp: fig.savefig(tmp, dpi=110))
+    finally:
+        plt.close(fig)
     return entry

@@ -11,10 +11,10 @@ import base64
 import datetime as _dt
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from dlmlab.files import atomic_write_text
 from dlmlab.report.results import fmt, load_results
 
 CSS = """
@@ -298,7 +298,5 @@ def write_report(out: str | Path, manifest: dict) -> Path:
     """Write ``out/report.html`` atomically; returns its path."""
     out = Path(out)
     path = out / "report.html"
-    tmp = out / ".report.html.tmp"
-    tmp.write_text(render_report(out, manifest), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, render_report(out, manifest))
     return path

@@ -1,7 +1,9 @@
 """Checkpoints as safetensors + JSON, written atomically; never unpickled.
 
 Layout: ``DIR/checkpoints/step_0000100/{model.safetensors, optimizer.safetensors, state.json}``
-and ``DIR/checkpoints/latest.json`` -> ``{"step": 100, "path": "step_0000100"}``.
+(plus ``model.json`` and ``tokenizer.json`` when the trainer knows them, so that a checkpoint folder
+alone loads with :func:`dlmlab.load`) and ``DIR/checkpoints/latest.json`` ->
+``{"step": 100, "path": "step_0000100"}``.
 
 A checkpoint folder only ever appears complete: it is written as ``step_N.partial`` and renamed, and
 one that is removed (pruned or replaced) is first renamed to ``step_N.deleting`` and only then
@@ -15,6 +17,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -102,8 +105,10 @@ def _remove(path: Path) -> None:
 
 
 def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer | None,
-                    state: dict, keep: int = 2) -> Path:
+                    state: dict, keep: int = 2, files: Mapping[str, str] | None = None) -> Path:
     """Write checkpoint ``step`` under ``root/checkpoints`` atomically and prune old ones.
+
+    ``files``: more text files (name -> content) written into the checkpoint folder, e.g. ``model.json``.
 
     Pruning keeps the ``keep`` newest checkpoints up to ``step`` (this run's newest) and never touches
     a checkpoint of a later step (another run's, which ``--no-resume`` moves aside before training).
@@ -121,6 +126,8 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.op
         if opt is not None:
             meta["optimizer"] = save_optimizer(opt, tmp / "optimizer.safetensors")
         (tmp / "state.json").write_text(strict_json(meta, indent=1, default=str))
+        for fname, text in (files or {}).items():
+            (tmp / fname).write_text(text, encoding="utf-8")
         final = ckdir / name
         if final.exists():
             _remove(final)

@@ -1,44 +1,137 @@
-"""`dlmlab train` / `dlmlab eval`: a transformer LM on a text corpus, AR or masked diffusion."""
+"""`dlmlab train` / `dlmlab eval`: an LM of any family (transformer, mamba, mamba2, lstm, gru) on a text
+corpus, AR or masked diffusion (mdlm)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
-from dlmlab.config import Config, ConfigError, load_json, load_yaml, require
-from dlmlab.data import DataConfig, TokenStream, load_corpus, load_tokenizer
 from dlmlab import outdir
+from dlmlab.config import Config, ConfigError, from_dict, load_json, load_yaml, require
+from dlmlab.data import DataConfig, TokenStream, load_corpus, load_tokenizer
+from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.models import Transformer, TransformerConfig
+from dlmlab.models import TransformerConfig
+from dlmlab.models.factory import build_model
 from dlmlab.objectives import ar_loss, mdlm_loss
 from dlmlab.objectives.schedule import sample_t
+from dlmlab.training.card import CARD_NAME, FAMILIES, OLD_OBJECTIVE_NAMES, family_of
 from dlmlab.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from dlmlab.training.config import TrainConfig
 from dlmlab.training.distributed import init_from_env
 from dlmlab.training.loop import train
 
 
+# Config classes of the non-transformer families as a run config holds them: ``vocab_size`` may be 0
+# there (taken from the tokenizer, as for the transformer); every other field is checked as usual.
+_RUN_MODEL_CLASSES: dict[str, type] = {}
+
+
+def _run_model_class(family: str) -> type:
+    """The config class of ``family`` inside a :class:`RunConfig` (``model.vocab_size`` 0 allowed)."""
+    if family == "transformer":
+        return TransformerConfig
+    if family not in _RUN_MODEL_CLASSES:
+        from dlmlab.models.mamba import MambaConfig
+        from dlmlab.models.mamba2 import Mamba2Config
+        from dlmlab.models.recurrent import RecurrentConfig
+
+        base = {"mamba": MambaConfig, "mamba2": Mamba2Config, "lstm": RecurrentConfig, "gru": RecurrentConfig}[family]
+
+        def validate(self, base=base) -> None:
+            if self.vocab_size == 0:  # check the other fields as they will be once the vocabulary is known
+                probe = copy.copy(self)
+                probe.vocab_size = 1
+                base.validate(probe)
+            else:
+                base.validate(self)
+
+        cls = dataclass(type(base.__name__, (base,), {
+            "__doc__": f"{base.__doc__}\n\n    In a run config ``vocab_size`` 0 means: from the tokenizer.",
+            "__module__": __name__, "__qualname__": base.__name__, "validate": validate}))
+        _RUN_MODEL_CLASSES[family] = cls
+    return _RUN_MODEL_CLASSES[family]
+
+
+def model_from_dict(data: dict, where: str = "model"):
+    """A run's ``model`` section (``family`` + that family's config fields) -> the family's config object.
+
+    ``family`` defaults to ``transformer`` (configs written before families existed load unchanged).
+    """
+    data = dict(data)
+    family = data.pop("family", "transformer")
+    if family not in FAMILIES:
+        raise ConfigError(f"{where}.family: {family!r} is not one of {list(FAMILIES)}")
+    if family in ("lstm", "gru"):
+        cell = data.setdefault("cell", family)
+        if cell != family:
+            raise ConfigError(f"{where}.cell {cell!r} contradicts {where}.family {family!r}; give only {where}.family")
+    return from_dict(_run_model_class(family), data, where)
+
+
+def model_to_dict(model_cfg) -> dict:
+    """The inverse of :func:`model_from_dict`: ``{"family": ..., **fields}``."""
+    return {"family": family_of(model_cfg), **dataclasses.asdict(model_cfg)}
+
+
+def run_config_dict(cfg: "RunConfig") -> dict:
+    """``cfg`` as plain data, ``model.family`` included (what ``config.json`` holds)."""
+    d = dataclasses.asdict(cfg)
+    d["model"] = model_to_dict(cfg.model)
+    return d
+
+
 @dataclass
 class RunConfig(Config):
     """A whole LM training run.  ``model.vocab_size`` is taken from the tokenizer (plus one mask id for mdlm).
-    Checked when built or loaded (also the sections together: the model must fit ``data.seq_len``)."""
 
-    model: TransformerConfig = field(default_factory=TransformerConfig)
+    ``model`` is the config of one family, chosen by ``model.family`` in YAML / JSON: ``transformer``
+    (default; :class:`~dlmlab.models.TransformerConfig`), ``mamba``, ``mamba2``, ``lstm`` or ``gru``
+    (their configs in :mod:`dlmlab.models`).  Checked when built or loaded (also the sections together:
+    the model must fit ``data.seq_len``; ``mdlm`` on a transformer needs a bidirectional mask).
+    ``objective`` ``mdlm`` is masked diffusion; the old names ``dlm`` / ``mdm`` are refused naming it.
+    """
+
+    model: Any = field(default_factory=TransformerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     objective: Literal["ar", "mdlm"] = "ar"
     eval_batches: int = 8
 
+    @property
+    def family(self) -> str:
+        return family_of(self.model)
+
+    def check(self) -> None:
+        if self.objective in OLD_OBJECTIVE_NAMES:
+            raise ConfigError(f"objective: {self.objective!r} is an old name of masked diffusion; write "
+                              f"objective: {OLD_OBJECTIVE_NAMES[self.objective]}")
+        super().check()
+
+    def derive(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = model_from_dict(self.model)
+        elif not dataclasses.is_dataclass(self.model):
+            raise ConfigError(f"model: expected a mapping, got {type(self.model).__name__}")
+        else:
+            try:
+                family_of(self.model)
+            except UserError:
+                raise ConfigError(f"model: {type(self.model).__name__} is not the config of a model family "
+                                  f"({', '.join(FAMILIES)})") from None
+
     def validate(self) -> None:
         require(self.eval_batches > 0, f"eval_batches must be > 0, got {self.eval_batches}")
+        if not isinstance(self.model, TransformerConfig):
+            return
         if self.objective == "mdlm" and self.model.attn_mask == "causal":
             raise ConfigError("objective 'mdlm' needs model.attn_mask 'bidirectional' (a causal mask cannot see right context)")
         if self.model.positions == "learned" and self.data.seq_len > self.model.max_seq_len:
@@ -51,9 +144,16 @@ def load_run_config(path: str | Path) -> RunConfig:
     return load_yaml(RunConfig, path)
 
 
-def _with_vocab(cfg: RunConfig, data_vocab: int) -> TransformerConfig:
+def mask_id_of(cfg: RunConfig, data_vocab: int) -> int | None:
+    """The mask token of an mdlm run: one id past the tokenizer's (``None`` for AR)."""
+    return data_vocab if cfg.objective == "mdlm" else None
+
+
+def build_run_model(cfg: RunConfig, data_vocab: int) -> torch.nn.Module:
+    """A freshly initialised model for ``cfg`` (any family) with ``data_vocab`` tokenizer ids."""
     extra = 1 if cfg.objective == "mdlm" else 0
-    return dataclasses.replace(cfg.model, vocab_size=data_vocab + extra)
+    fields = dict(dataclasses.asdict(cfg.model), vocab_size=data_vocab + extra)
+    return build_model(family_of(cfg.model), match_params=False, **fields)
 
 
 def make_lm_task(cfg: RunConfig, stream: TokenStream, vocab: int):
@@ -76,7 +176,7 @@ def make_lm_task(cfg: RunConfig, stream: TokenStream, vocab: int):
 
 
 @torch.no_grad()
-def evaluate_lm(model: Transformer, cfg: RunConfig, stream: TokenStream, vocab: int) -> dict:
+def evaluate_lm(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, vocab: int) -> dict:
     """Held-out perplexity (AR) or ELBO perplexity bound (MDLM) on fixed validation windows."""
     model.eval()
     T = cfg.data.seq_len
@@ -92,7 +192,7 @@ def evaluate_lm(model: Transformer, cfg: RunConfig, stream: TokenStream, vocab: 
 
 
 # What `dlmlab train` writes into its folder; --no-resume moves an earlier run's aside first.
-RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "tokenizer.json", "eval.json")
+RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "tokenizer.json", CARD_NAME, "eval.json")
 # Fields that do not change the result: they may differ when a run resumes.
 _ANY_VALUE = {"train.progress"}
 
@@ -109,8 +209,13 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def config_differences(old: dict, new: dict) -> list[str]:
-    """``["model.d_model: 32 in the folder, 64 now", ...]`` for the fields where two run configs differ."""
+    """``["model.d_model: 32 in the folder, 64 now", ...]`` for the fields where two run configs differ.
+
+    A config without ``model.family`` (written before families existed) is a transformer's."""
     a, b = _flat(old), _flat(new)
+    for d in (a, b):
+        if any(k.startswith("model.") for k in d):
+            d.setdefault("model.family", "transformer")
     missing = object()
     diffs = []
     for key in sorted(set(a) | set(b)):
@@ -124,7 +229,10 @@ def config_differences(old: dict, new: dict) -> list[str]:
 
 
 def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
-    """Train per ``cfg`` into ``out_dir`` (config.json, tokenizer.json, metrics.jsonl, checkpoints/).
+    """Train per ``cfg`` into ``out_dir`` (config.json, tokenizer.json, model.json, metrics.jsonl, checkpoints/).
+
+    ``model.json`` and ``tokenizer.json`` (also in every checkpoint folder) make the run, or any of its
+    checkpoints, load with :func:`dlmlab.load`.
 
     Holds the folder's lock for the whole run.  ``resume``: continue from the folder's latest
     checkpoint (the config must be the same); else an earlier run's files are moved into
@@ -158,7 +266,7 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise CheckpointError(f"{cfg_path} is corrupt ({e}); use --no-resume to start over "
                                   "(the earlier files are moved aside) or another --out") from None
-        diffs = config_differences(old if isinstance(old, dict) else {}, dataclasses.asdict(cfg))
+        diffs = config_differences(old if isinstance(old, dict) else {}, run_config_dict(cfg))
         if diffs:
             raise ConfigError(f"{out} holds a run with a different config ({'; '.join(diffs)}); resume with the "
                               f"same config, use another --out, or --no-resume to start over (the earlier run is moved aside)")
@@ -166,17 +274,15 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
     if ctx.is_main:
         stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path) if resuming else None)
 
-    def build_model() -> Transformer:
+    def build_model() -> torch.nn.Module:
         torch.manual_seed(cfg.train.seed)
-        return Transformer(_with_vocab(cfg, tokenizer.vocab_size))
+        return build_run_model(cfg, tokenizer.vocab_size)
 
     if ctx.is_main:
         model = build_model()  # a model the config cannot build fails here, before any file is written
         if not resuming:
-            tmp = tok_path.with_name(f"tokenizer.json.{os.getpid()}.tmp")
-            tokenizer.save(tmp)
-            os.replace(tmp, tok_path)
-        atomic_write_text(cfg_path, strict_json(dataclasses.asdict(cfg), indent=1))
+            tokenizer.save(tok_path)
+        atomic_write_text(cfg_path, strict_json(run_config_dict(cfg), indent=1))
     ctx.barrier()
     if not ctx.is_main:
         stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path))
@@ -184,23 +290,29 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
     make_batch, loss_fn = make_lm_task(cfg, stream, tokenizer.vocab_size)
     eval_fn = lambda m, step: evaluate_lm(m, cfg, stream, tokenizer.vocab_size)  # noqa: E731
     history = train(model, cfg.train, make_batch, loss_fn, out_dir=out, eval_fn=eval_fn, resume=True,
-                    desc=f"train {cfg.objective}")
+                    desc=f"train {cfg.family} {cfg.objective}", objective=cfg.objective,
+                    mask_id=mask_id_of(cfg, tokenizer.vocab_size), tokenizer=tokenizer)
     final = evaluate_lm(model, cfg, stream, tokenizer.vocab_size)
     if ctx.is_main:
         atomic_write_text(out / "eval.json", strict_json(final, indent=1))
     return {"history": history, "eval": final}
 
 
-def load_run(out_dir: str | Path) -> tuple[Transformer, RunConfig, object]:
-    """Model (latest checkpoint), config and tokenizer of a finished or partial run."""
-    out = Path(out_dir)
-    if not (out / "config.json").exists():
-        raise CheckpointError(f"{out} is not a dlmlab run directory (no config.json)")
-    cfg = load_json(RunConfig, out / "config.json", hint="the run directory is damaged: train it again")
-    tokenizer = load_tokenizer(out / "tokenizer.json")
-    model = Transformer(_with_vocab(cfg, tokenizer.vocab_size))
-    ck = latest_checkpoint(out)
+def load_run(path: str | Path) -> tuple[torch.nn.Module, RunConfig, object]:
+    """Model, config and tokenizer of a finished or partial ``dlmlab train`` run: ``path`` is the run
+    folder (its latest checkpoint) or one of its ``checkpoints/step_N`` folders (that checkpoint).
+    :func:`dlmlab.load` loads these and more (runs of ``train()``, Hugging Face folders)."""
+    p = Path(path)
+    ck = None
+    if (p / "model.safetensors").is_file() and p.parent.name == "checkpoints":
+        ck, p = p, p.parent.parent
+    if not (p / "config.json").exists():
+        raise CheckpointError(f"{p} is not a dlmlab run directory (no config.json)")
+    cfg = load_json(RunConfig, p / "config.json", hint="the run directory is damaged: train it again")
+    tokenizer = load_tokenizer(p / "tokenizer.json")
+    model = build_run_model(cfg, tokenizer.vocab_size)
+    ck = ck or latest_checkpoint(p)
     if ck is None:
-        raise CheckpointError(f"no checkpoint in {out}/checkpoints")
+        raise CheckpointError(f"no checkpoint in {p}/checkpoints")
     load_checkpoint(ck, model)
-    return model, cfg, tokenizer
+    return model.eval(), cfg, tokenizer

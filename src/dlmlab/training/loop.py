@@ -10,7 +10,6 @@ reproduce 1 process with the same global batch.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from contextlib import ExitStack
 from dataclasses import asdict
@@ -22,14 +21,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dlmlab import outdir
 from dlmlab.errors import UserError
-from dlmlab.files import strict_json
+from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.progress import bar as progress_bar
+from dlmlab.training.card import CARD_NAME, TOKENIZER_NAME, card_text, model_card, write_card
 from dlmlab.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from dlmlab.training.config import TrainConfig, lr_at
 from dlmlab.training.distributed import DistContext, init_from_env
 
 # What train() writes into its folder; with resume=False an earlier run's are moved aside first.
-TRAIN_FILES = ("checkpoints", "metrics.jsonl")
+TRAIN_FILES = ("checkpoints", "metrics.jsonl", CARD_NAME, TOKENIZER_NAME)
 
 Batch = dict[str, torch.Tensor]
 MakeBatch = Callable[[int, torch.Generator], Batch]
@@ -103,6 +103,9 @@ def train(
     extra_state: dict | None = None,
     desc: str = "train",
     ctx: DistContext | None = None,
+    objective: str | None = None,
+    mask_id: int | None = None,
+    tokenizer=None,
 ) -> list[dict]:
     """Train ``model`` in place for ``cfg.steps`` steps; returns the metric rows.
 
@@ -112,19 +115,33 @@ def train(
     while training (:mod:`dlmlab.outdir`).  A loss or gradient norm that becomes NaN / inf stops the
     run with :class:`NonFiniteLoss` (checked at every logged step and before every checkpoint, so
     the newest checkpoint is the last good one).
+
+    So that :func:`dlmlab.load` can load the folder or any checkpoint in it, ``model.json`` (family, model
+    config, ``objective`` "ar" / "mdlm", ``mask_id``; :mod:`dlmlab.training.card`) and the ``tokenizer``'s
+    ``tokenizer.json`` are written into ``out_dir`` and into every checkpoint folder.  A model that is
+    not a dlmlab family (no ``cfg``) trains all the same, without ``model.json``.
     """
     ctx = ctx or init_from_env()
+    card = None
+    if out_dir is not None:
+        try:
+            card = model_card(model, objective, mask_id)
+        except UserError:
+            if objective is not None or mask_id is not None:
+                raise  # a bad objective / mask id, or one given for a model that cannot be saved with it
+            card = None  # a custom module: trained as before, not loadable by dlmlab.load
     out = Path(out_dir) if out_dir is not None else None
     with ExitStack() as stack:
         if out is not None:
             stack.enter_context(outdir.locked(out, "train"))  # rank 0 only; re-entrant in one process
             stack.enter_context(outdir.write_errors(out))
-        return _train(model, cfg, make_batch, loss_fn, out, eval_fn, resume, extra_state, desc, ctx)
+        tok_json = tokenizer.to_json() if tokenizer is not None else None
+        return _train(model, cfg, make_batch, loss_fn, out, eval_fn, resume, extra_state, desc, ctx, card, tok_json)
 
 
 def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out: Path | None,
            eval_fn: EvalFn | None, resume: bool, extra_state: dict | None, desc: str,
-           ctx: DistContext) -> list[dict]:
+           ctx: DistContext, card: dict | None = None, tok_json: str | None = None) -> list[dict]:
     opt = make_optimizer(model, cfg)
     start = 0
     history: list[dict] = []
@@ -141,9 +158,14 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
             start = int(state["step"])
             history = _read_metrics(metrics_path, start)
         if ctx.is_main:  # rewrite metrics so rows after the checkpoint (from a killed run) vanish
-            tmp = metrics_path.with_name(f"metrics.jsonl.{os.getpid()}.tmp")
-            tmp.write_text("".join(strict_json(r) + "\n" for r in history))
-            os.replace(tmp, metrics_path)
+            atomic_write_text(metrics_path, "".join(strict_json(r) + "\n" for r in history))
+            if card is not None:
+                write_card(out, card, tok_json)
+    ck_files = {}
+    if card is not None:
+        ck_files[CARD_NAME] = card_text(card)
+        if tok_json is not None:
+            ck_files[TOKENIZER_NAME] = tok_json
     net = DDP(model) if ctx.world_size > 1 else model
     state_extra = {"train_config": asdict(cfg), **(extra_state or {})}
 
@@ -152,7 +174,7 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
         if ctx.any(not _all_finite(model)):
             raise _stop_non_finite(f"step {step}", out, "weights")
         if out is not None and ctx.is_main:
-            save_checkpoint(out, step, model, opt, state_extra, keep=cfg.keep_checkpoints)
+            save_checkpoint(out, step, model, opt, state_extra, keep=cfg.keep_checkpoints, files=ck_files)
         ctx.barrier()
 
     bar = progress_bar(total=cfg.steps, initial=start, desc=desc, disable=not (cfg.progress and ctx.is_main),

@@ -1,0 +1,189 @@
+"""``dlmlab.load(path)``: one call loads a trained run, one of its checkpoints, or a Hugging Face folder.
+
+Accepted folders:
+
+* a run folder written by ``dlmlab train``, :func:`dlmlab.training.lm.run_training` or
+  :func:`dlmlab.training.train` (``model.json`` + ``checkpoints/``): its latest checkpoint;
+* one of its checkpoint folders, ``RUN/checkpoints/step_N`` (that checkpoint);
+* a run of ``dlmlab train`` written before runs saved ``model.json`` (``config.json`` + ``checkpoints/``);
+* a local Hugging Face model folder (``config.json`` with ``model_type`` + weights): GPT-2, Llama,
+  Mistral, Qwen2, GPT-NeoX, Mamba, Mamba-2, LLaDA, Dream (:func:`dlmlab.models.hf_auto.load_hf`).
+
+Example::
+
+    run = dlmlab.load("runs/mdlm")
+    logits = run.model(tokens)                        # tokens [B, T] -> logits [B, T, V]
+    if run.objective == "mdlm":
+        tokens[:, -4:] = run.mask_id                  # what the model was trained to fill in
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlmlab.errors import UserError
+
+ACCEPTED = ("give a run folder written by `dlmlab train` or train() (model.json and checkpoints/), one of its "
+            "checkpoints/step_N folders, or a Hugging Face model folder (config.json and weights)")
+# files that hold a Hugging Face tokenizer
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What :func:`load` returns.
+
+    model: the model in eval mode (a dlmlab :class:`~dlmlab.hooks.HookedModule`: hook points, ``cache``...);
+    tokenizer: the run's tokenizer (``encode`` / ``decode``; a ``transformers`` tokenizer for a Hugging Face
+    folder), or ``None`` when the folder has none;
+    objective: ``"ar"`` or ``"mdlm"`` (masked diffusion); ``None`` for a :func:`~dlmlab.training.train` run
+    that was not told its objective;
+    mask_id: the mask token of a masked-diffusion model (``None`` for AR);
+    shift_logits: the logits at position ``i`` predict token ``i + 1`` (AR, Dream) rather than token ``i``;
+    bidirectional: every position sees the whole sequence by default;
+    family: ``transformer``, ``mamba``, ``mamba2``, ``lstm``, ``gru`` (or the HF loader's family);
+    source: the folder given; format: ``"run"``, ``"checkpoint"``, or the Hugging Face model type;
+    step: the training step of the loaded checkpoint (``None`` for Hugging Face folders).
+    """
+
+    model: Any
+    tokenizer: Any
+    objective: str | None
+    mask_id: int | None
+    shift_logits: bool
+    family: str
+    source: Path
+    format: str
+    bidirectional: bool = False
+    step: int | None = None
+
+
+def _is_checkpoint(p: Path) -> bool:
+    return (p / "model.safetensors").is_file() and (p / "state.json").is_file()
+
+
+def _hf_config(p: Path) -> dict | None:
+    """``config.json`` of a Hugging Face folder (it names a ``model_type`` or ``architectures``), else None."""
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and ("model_type" in data or "architectures" in data) else None
+
+
+def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device) -> Loaded:
+    from dlmlab.data.tokenizer import load_tokenizer
+    from dlmlab.training.card import TOKENIZER_NAME, build_from_card
+    from dlmlab.training.checkpoint import load_checkpoint
+
+    model = build_from_card(card)
+    state = load_checkpoint(ck, model)
+    tok_file = next((d / TOKENIZER_NAME for d in tok_dirs if (d / TOKENIZER_NAME).is_file()), None)
+    tokenizer = load_tokenizer(tok_file) if tok_file is not None else None
+    return Loaded(model=_place(model, dtype, device), tokenizer=tokenizer, objective=card.get("objective"),
+                  mask_id=card.get("mask_id"), shift_logits=bool(card.get("shift_logits", True)),
+                  family=card["family"], source=source, format=fmt, bidirectional=bool(card.get("bidirectional")),
+                  step=int(state["step"]) if "step" in state else None)
+
+
+def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, device) -> Loaded:
+    """A ``dlmlab train`` run written before ``model.json`` existed (its config.json says everything)."""
+    from dlmlab.training.card import family_of, is_bidirectional
+    from dlmlab.training.lm import load_run
+
+    model, cfg, tok = load_run(ck if ck is not None else run)
+    family = family_of(model.cfg)
+    step = None
+    state = (ck or run) / "state.json"
+    if state.is_file():
+        step = json.loads(state.read_text()).get("step")
+    return Loaded(model=_place(model, dtype, device), tokenizer=tok, objective=cfg.objective,
+                  mask_id=tok.vocab_size if cfg.objective == "mdlm" else None,
+                  shift_logits=cfg.objective != "mdlm", family=family, source=source, format=fmt,
+                  bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step)
+
+
+def _place(model, dtype, device):
+    if dtype is not None or device is not None:
+        model = model.to(device=device, dtype=dtype)
+    return model.eval()
+
+
+def _hf_tokenizer(path: Path | None):
+    if path is None or not any((path / f).is_file() for f in HF_TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot load the tokenizer in {path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def _from_hf(p: Path, dtype, device) -> Loaded:
+    try:
+        from dlmlab.models.hf_auto import load_hf
+    except ModuleNotFoundError as e:
+        if e.name != "dlmlab.models.hf_auto":
+            raise
+        raise UserError(f"{p} is a Hugging Face folder, and this dlmlab build cannot load those "
+                        "(dlmlab.models.hf_auto is missing)") from None
+    import torch
+
+    model, info = load_hf(p, dtype or torch.float32)
+    tok_dir = Path(info.tokenizer_path) if info.tokenizer_path else p
+    objective = "mdlm" if info.objective in ("mdm", "mdlm") else info.objective
+    return Loaded(model=_place(model, None, device), tokenizer=_hf_tokenizer(tok_dir), objective=objective,
+                  mask_id=info.mask_id, shift_logits=bool(info.shift_logits), family=info.family, source=p,
+                  format=info.format, bidirectional=bool(info.bidirectional))
+
+
+def load(path: str | Path, dtype=None, device=None) -> Loaded:
+    """Load a run folder, a checkpoint folder or a Hugging Face folder (see the module docstring).
+
+    ``dtype`` / ``device``: where to put the model (default: as saved, float32 on the CPU).
+    A path that is none of these is a one-line :class:`~dlmlab.errors.UserError` saying what is accepted.
+    """
+    from dlmlab.training.card import read_card
+    from dlmlab.training.checkpoint import latest_checkpoint
+
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p} does not exist; {ACCEPTED}")
+    if not p.is_dir():
+        raise UserError(f"{p} is a file, not a folder; {ACCEPTED}")
+    if _is_checkpoint(p):
+        run = p.parent.parent if p.parent.name == "checkpoints" else None
+        card = read_card(p) or (read_card(run) if run is not None else None)
+        if card is not None:
+            return _from_card(card, p, [p] + ([run] if run else []), p, "checkpoint", dtype, device)
+        if run is not None and (run / "config.json").is_file() and _hf_config(run) is None:
+            return _from_old_run(run, p, p, "checkpoint", dtype, device)
+        raise UserError(f"{p} is a checkpoint folder without model.json (and its run folder has no config.json), "
+                        "so its model is unknown; pass the model to dlmlab.training.load_checkpoint instead")
+    is_run = (p / "checkpoints").is_dir() or (p / "model.json").is_file()
+    if is_run:
+        ck = latest_checkpoint(p)
+        if ck is None:
+            raise UserError(f"{p} is a run folder with no complete checkpoint yet (checkpoints/ is empty); "
+                            "train it (longer) first")
+        card = read_card(ck) or read_card(p)
+        if card is not None:
+            return _from_card(card, ck, [ck, p], p, "run", dtype, device)
+        if (p / "config.json").is_file() and _hf_config(p) is None:
+            return _from_old_run(p, ck, p, "run", dtype, device)
+        raise UserError(f"{p} is a run folder without model.json (trained before runs saved their model config), "
+                        "so its model is unknown; train it again or load its checkpoint into a model you build")
+    if _hf_config(p) is not None:
+        return _from_hf(p, dtype, device)
+    raise UserError(f"{p} is not a folder dlmlab can load; {ACCEPTED}")
+
+
+__all__ = ["Loaded", "load"]

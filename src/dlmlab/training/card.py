@@ -1,0 +1,120 @@
+"""What a saved model is: ``model.json`` beside its weights, so one call can load it again.
+
+Every run folder (``dlmlab train``, :func:`dlmlab.training.train`, :func:`run_training`) and every
+checkpoint folder in it holds ``model.json`` (and ``tokenizer.json`` when the run had one)::
+
+    {"format": "dlmlab-model", "version": 1, "family": "mamba",
+     "config": {...every field of the model's config, vocab_size included...},
+     "objective": "mdlm", "mask_id": 65, "shift_logits": false, "bidirectional": false}
+
+``objective`` is ``"ar"``, ``"mdlm"`` or ``null`` (a :func:`~dlmlab.training.train` call that was not
+told); ``mask_id`` is the masked-diffusion mask token (``null`` for AR); ``shift_logits`` says whether
+the logits at position ``i`` predict token ``i + 1`` (AR) or token ``i`` itself (masked diffusion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from dlmlab.errors import UserError
+from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.models.protocol import FAMILIES
+
+CARD_NAME = "model.json"
+TOKENIZER_NAME = "tokenizer.json"
+CARD_FORMAT = "dlmlab-model"
+OBJECTIVES = ("ar", "mdlm")
+# names the masked-diffusion objective had in older modules / other toolkits
+OLD_OBJECTIVE_NAMES = {"dlm": "mdlm", "mdm": "mdlm"}
+
+
+def check_objective(name: str | None) -> str | None:
+    """``name`` if it is ``"ar"``, ``"mdlm"`` or ``None``; a one-line :class:`UserError` otherwise
+    (an old name such as ``"dlm"`` / ``"mdm"`` names the one to use)."""
+    if name is None or name in OBJECTIVES:
+        return name
+    if name in OLD_OBJECTIVE_NAMES:
+        raise UserError(f"objective {name!r} is an old name of masked diffusion; write objective "
+                        f"{OLD_OBJECTIVE_NAMES[name]!r}")
+    raise UserError(f"objective {name!r} is not one of {list(OBJECTIVES)}")
+
+
+def family_of(cfg: Any) -> str:
+    """Family name (``transformer``, ``mamba``, ``mamba2``, ``lstm``, ``gru``) of a model config object."""
+    family = getattr(cfg, "family", None) if dataclasses.is_dataclass(cfg) else None
+    if family not in FAMILIES:
+        raise UserError(f"{type(cfg).__name__} is not the config of a dlmlab model family ({', '.join(FAMILIES)})")
+    return family
+
+
+def is_bidirectional(family: str, config: dict) -> bool:
+    """Whether every position sees the whole sequence (only a transformer without a causal mask)."""
+    return family == "transformer" and config.get("attn_mask", "causal") == "bidirectional"
+
+
+def model_card(model: Any, objective: str | None = None, mask_id: int | None = None) -> dict:
+    """The ``model.json`` content for a toolkit ``model`` (it must have a ``cfg`` of a known family)."""
+    objective = check_objective(objective)
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not dataclasses.is_dataclass(cfg):
+        raise UserError(f"{type(model).__name__} has no model config (.cfg); only dlmlab model families can be saved "
+                        "for dlmlab.load")
+    family = family_of(cfg)
+    config = {k: (int(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+              for k, v in dataclasses.asdict(cfg).items()}
+    vocab = int(config.get("vocab_size", 0))
+    if objective == "mdlm" and mask_id is None:
+        raise UserError("objective 'mdlm' needs its mask_id (the mask token's id) to be saved with the model")
+    if mask_id is not None and not (isinstance(mask_id, int) and 0 <= mask_id < vocab):
+        raise UserError(f"mask_id must be a token id in [0, {vocab}), got {mask_id!r}")
+    return {"format": CARD_FORMAT, "version": 1, "family": family, "config": config, "objective": objective,
+            "mask_id": None if mask_id is None else int(mask_id), "shift_logits": objective != "mdlm",
+            "bidirectional": is_bidirectional(family, config)}
+
+
+def card_text(card: dict) -> str:
+    return strict_json(card, indent=1) + "\n"
+
+
+def write_card(folder: str | Path, card: dict, tokenizer_json: str | None = None) -> None:
+    """Write ``folder/model.json`` (and ``folder/tokenizer.json``), each in one step."""
+    folder = Path(folder)
+    atomic_write_text(folder / CARD_NAME, card_text(card))
+    if tokenizer_json is not None:
+        atomic_write_text(folder / TOKENIZER_NAME, tokenizer_json)
+
+
+def read_card(folder: str | Path) -> dict | None:
+    """``folder/model.json`` as a dict (``None`` when there is none); a damaged one is a one-line error."""
+    path = Path(folder) / CARD_NAME
+    if not path.is_file():
+        return None
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is unreadable or not JSON ({e}); train the run again") from None
+    ok = (isinstance(card, dict) and card.get("format") == CARD_FORMAT and card.get("family") in FAMILIES
+          and isinstance(card.get("config"), dict))
+    if not ok:
+        raise UserError(f"{path} is not a dlmlab model card (needs format {CARD_FORMAT!r}, a family in "
+                        f"{list(FAMILIES)} and a config)")
+    check_objective(card.get("objective"))
+    return card
+
+
+def build_from_card(card: dict):
+    """A freshly initialised model of the card's family and config (load the weights into it next)."""
+    from dlmlab.config import ConfigError
+    from dlmlab.models.factory import build_model
+
+    config = dict(card["config"])
+    family = card["family"]
+    if family in ("lstm", "gru"):
+        config["cell"] = family
+    try:
+        return build_model(family, match_params=False, **config)
+    except (ConfigError, TypeError) as e:
+        raise UserError(f"the model config in {CARD_NAME} does not build a {family}: {e}") from None
