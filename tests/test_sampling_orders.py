@@ -1,7 +1,6 @@
 """Orders, count schedules and the adaptive (threshold / factor) rules on hand-made logits; per-row progress."""
 
 import math
-import types
 
 import pytest
 import torch
@@ -16,18 +15,16 @@ MASK = 4
 
 
 class Fixed(torch.nn.Module):
-    """A PreDiff-shaped stand-in returning hand-made probabilities: row r (its first token is r) at position i
-    gets ``probs[r][i]`` whatever the other tokens are."""
+    """A plain bidirectional ``tokens -> logits`` stand-in returning hand-made probabilities: row r (its first
+    token is r) at position i gets ``probs[r][i]`` whatever the other tokens are (decoded with mask_id=MASK)."""
 
     def __init__(self, probs: list[list[list[float]]]) -> None:
         super().__init__()
         p = torch.tensor(probs, dtype=torch.float64)
         self.table = torch.cat([p, torch.zeros(p.shape[:-1] + (1,), dtype=torch.float64)], -1).clamp(min=1e-30).log()
-        self.backbone = types.SimpleNamespace(cfg=types.SimpleNamespace(vocab_size=V, positions="learned"))
-        self.mask_id, self.attention, self.shift, self.uses_self_cond = MASK, "bidirectional", False, False
         self.calls = []
 
-    def forward(self, tokens, t=None, **kw):
+    def forward(self, tokens):
         self.calls.append(tokens.shape[0])
         T = tokens.shape[1]
         return self.table[tokens[:, 0]][:, :T]
@@ -42,7 +39,7 @@ PAD = [1.0, 0.0, 0.0, 0.0]
 
 def commit_order(model, cfg, rows=1, seed=0):
     canvas = torch.tensor([[r] + [MASK] * 3 for r in range(rows)])
-    res = decode(model, canvas, 1, cfg, torch.Generator().manual_seed(seed), record=True)
+    res = decode(model, canvas, 1, cfg, torch.Generator().manual_seed(seed), mask_id=MASK, record=True)
     order = [rec.committed[0].nonzero().squeeze(1).tolist() for rec in res.trajectory]
     return res, order
 

@@ -14,6 +14,9 @@ the denoising step and can be computed once):
 With ``shift=True`` (DiffuGPT-style objective adaptation) position ``i-1``'s
 output predicts token ``i``, reusing the AR head as is.  :meth:`PreDiffLM.forward`
 always returns logits *aligned* to the input (``out[:, i]`` predicts token ``i``).
+
+The generic decoder (:mod:`dlmlab.sampling`) drives it through :meth:`PreDiffLM.as_denoiser`
+(:class:`PreDiffDenoiser`, the small :class:`~dlmlab.sampling.denoiser.Denoiser` interface).
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import math
 import torch
 from torch import nn
 
+from dlmlab.errors import UserError
 from dlmlab.models import KVCache, Transformer
+from dlmlab.sampling.denoiser import Denoiser
 
 
 MASK_INITS: tuple[str, ...] = ("random", "mean")
@@ -162,3 +167,38 @@ class PreDiffLM(nn.Module):
         logits = logits.detach().float().clone()
         logits[..., self.mask_id] = float("-inf")
         return logits.softmax(-1)
+
+    def as_denoiser(self, mask_id: int | None = None) -> "PreDiffDenoiser":
+        """This model behind the decoder's :class:`~dlmlab.sampling.denoiser.Denoiser` interface (its own mask id;
+        a different ``mask_id`` is refused)."""
+        if mask_id is not None and mask_id != self.mask_id:
+            raise UserError(f"mask_id {mask_id} differs from the model's own mask id {self.mask_id}")
+        return PreDiffDenoiser(self)
+
+
+class PreDiffDenoiser(Denoiser):
+    """A :class:`PreDiffLM` as a :class:`~dlmlab.sampling.denoiser.Denoiser`: time embedding from the mask rate,
+    self-conditioning, hybrid (prompt-causal) or bidirectional attention, optional shift; hooks on the backbone."""
+
+    supports_cache = True
+
+    def __init__(self, model: PreDiffLM) -> None:
+        self.model = model
+        self.mask_id = model.mask_id
+        self.hooked = model.backbone
+        self.prompt_causal = model.attention == "hybrid"
+        self.shift = bool(model.shift)
+        self.uses_self_cond = bool(model.uses_self_cond)
+        self.alibi = model.backbone.cfg.positions == "alibi"
+
+    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn=None, cache=None,
+                 self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model(tokens, t, prompt_len=clean_len, attn_mask=attn, self_cond=self_cond, kv_cache=cache,
+                          first_logits=first)
+
+    def encode_context(self, tokens: torch.Tensor, cache) -> torch.Tensor:
+        kind = "hybrid" if self.prompt_causal else "bidirectional"
+        return self.model.backbone(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=cache)[:, -1]
+
+    def soft_prediction(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.model.soft_prediction(logits)

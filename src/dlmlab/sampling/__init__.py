@@ -4,7 +4,7 @@ from dlmlab.sampling.ar import sample_ar
 from dlmlab.sampling.caches import cache_exactness
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.decode import decode, generate
-from dlmlab.sampling.denoiser import Denoiser
+from dlmlab.sampling.denoiser import Denoiser, ModelDenoiser, as_denoiser
 from dlmlab.sampling.diffusion import DiffusionSampleConfig, encode_prompt, sample_diffusion
 from dlmlab.sampling.gumbel import sample_from_logits, top_p_filter
 from dlmlab.sampling.schedules import linear_schedule, unmask_schedule
@@ -12,4 +12,5 @@ from dlmlab.sampling.trajectory import Activation, DecodeResult, StepRecord, Tra
 
 __all__ = ["sample_ar", "sample_diffusion", "DiffusionSampleConfig", "encode_prompt", "unmask_schedule",
            "linear_schedule", "sample_from_logits", "top_p_filter", "DecodeConfig", "decode", "generate", "Denoiser",
+           "ModelDenoiser", "as_denoiser",
            "cache_exactness", "Activation", "DecodeResult", "StepRecord", "TraceConfig"]

@@ -20,6 +20,8 @@ class DecodeConfig(Config):
         ``threshold`` / ``factor`` rules, which take as many steps as they need).
     order: which masked positions are committed first (see :mod:`dlmlab.sampling.orders`).
     schedule: ``cosine`` or ``linear`` tokens per step, or ``ancestral`` (drawn; MDLM).
+    noise: the noise schedule (:mod:`dlmlab.objectives.schedule`) whose reveal probabilities the
+        ``ancestral`` rule follows (``linear``, ``loglinear`` or ``cosine``; default parameters).
     threshold: commit every position whose score >= threshold, at least one per step (Fast-dLLM).
     factor: Fast-dLLM's factor rule instead (see :mod:`dlmlab.sampling.schedules`).
     block_len: semi-autoregressive blocks of this many positions, left to right (0: one block).
@@ -36,6 +38,7 @@ class DecodeConfig(Config):
     steps: int = 8
     order: Order = "confidence"
     schedule: Literal["cosine", "linear", "ancestral"] = "cosine"
+    noise: Literal["linear", "loglinear", "cosine"] = "linear"
     threshold: float | None = None
     factor: float | None = None
     block_len: int = 0

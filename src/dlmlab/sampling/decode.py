@@ -7,6 +7,10 @@ a block each step runs the model where needed (see :mod:`dlmlab.sampling.caches`
 every masked position of the block, scores it (:mod:`dlmlab.sampling.orders`) and commits the best
 ``k`` (:mod:`dlmlab.sampling.schedules`).  Rows progress independently: a row whose block is done
 drops out of the forwards, and with the adaptive rules each row commits its own number per step.
+
+The model is any bidirectional ``tokens -> logits`` model with an explicit ``mask_id`` (and
+``shift_logits`` for Dream's convention), or anything with its own
+:class:`~dlmlab.sampling.denoiser.Denoiser` (see :func:`~dlmlab.sampling.denoiser.as_denoiser`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from typing import Callable
 import torch
 
 from dlmlab.config import ConfigError
+from dlmlab.errors import UserError
+from dlmlab.objectives.schedule import get_schedule
 from dlmlab.progress import bar
 from dlmlab.sampling.caches import SpanKV, block_causal_mask, cache_exactness, concat, rows, span
 from dlmlab.sampling.config import DecodeConfig
-from dlmlab.sampling.denoiser import Denoiser
+from dlmlab.sampling.denoiser import Denoiser, as_denoiser
 from dlmlab.sampling.gumbel import draw, filtered_log_probs
 from dlmlab.sampling.orders import entropy, order_scores
 from dlmlab.sampling.schedules import SCHEDULES, ancestral_count, factor_count, threshold_count
@@ -42,7 +48,7 @@ def _commit_counts(cfg: DecodeConfig, S: torch.Tensor, plans: list[list[int]], j
     elif cfg.factor is not None:
         k = factor_count(S.sort(1, descending=True).values, cfg.factor)
     elif cfg.schedule == "ancestral":
-        k = ancestral_count(n_masked, j, steps_b, generator)
+        k = ancestral_count(n_masked, j, steps_b, generator, get_schedule(cfg.noise))
     else:
         k = torch.tensor([p[j] if j < len(p) else 10**9 for p in plans], device=S.device)
     return torch.minimum(k, n_masked)
@@ -126,18 +132,25 @@ class _Run:
 
 @torch.no_grad()
 def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | None = None,
-           generator: torch.Generator | None = None, *, mask_id: int | None = None, trace: TraceConfig | None = None,
-           callback: Callable[[StepRecord], None] | None = None, record: bool = False,
-           progress: bool = False) -> DecodeResult:
+           generator: torch.Generator | None = None, *, mask_id: int | None = None, shift_logits: bool = False,
+           trace: TraceConfig | None = None, callback: Callable[[StepRecord], None] | None = None,
+           record: bool = False, progress: bool = False) -> DecodeResult:
     """canvas [B,N] (mask ids at positions >= ``prompt_len`` to fill) -> :class:`DecodeResult` (tokens [B,N]).
 
-    model: a PreDiffLM, a masked-diffusion Transformer (then ``mask_id`` is required) or a
-    :class:`Denoiser`.  ``record`` keeps every :class:`StepRecord` in the result; ``callback`` gets each
-    one as it happens; ``trace`` chooses hook points and steps whose activations are recorded.
+    model: any bidirectional model ``tokens -> logits`` with its ``mask_id`` (required; ``shift_logits``:
+    logits at ``i - 1`` predict token ``i``), a model with its own denoiser (``model.as_denoiser``, e.g.
+    a PreDiffLM) or a :class:`Denoiser`.  Caches other than ``none`` and ``block_causal`` attention need
+    a toolkit attention model.  ``record`` keeps every :class:`StepRecord` in the result; ``callback`` gets
+    each one as it happens; ``trace`` chooses hook points and steps whose activations are recorded.
     """
     cfg = cfg or DecodeConfig()
     cfg.validate()
-    den = model if isinstance(model, Denoiser) else Denoiser(model, mask_id)
+    den = as_denoiser(model, mask_id, shift_logits)
+    if not den.supports_cache and (cfg.cache != "none" or cfg.attention != "model"):
+        raise UserError(f"cache={cfg.cache!r} / attention={cfg.attention!r} need a model that takes a KV cache and "
+                        "attention masks (a toolkit Transformer); use cache='none', attention='model'")
+    if trace is not None and trace.hooks and den.hooked is None:
+        raise UserError("trace hooks need a model with hook points (a dlmlab HookedModule)")
     if canvas.dim() != 2:
         raise ValueError(f"canvas must be [batch, positions], got shape {tuple(canvas.shape)}")
     B, N = canvas.shape
@@ -151,7 +164,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
         raise ValueError(f"prompt contains the mask token id {M}")
     if cfg.cache == "dual" and den.alibi:
         raise ConfigError("cache 'dual' does not support ALiBi positions (use 'prefix')")
-    den.model.eval()
+    den.eval()
     run = _Run(den, canvas.clone(), P, cfg, trace)
     x = run.x
     blocks = _blocks(P, N, cfg.block_len)
@@ -298,6 +311,6 @@ def generate(model, prompt: torch.Tensor, gen_len: int, cfg: DecodeConfig | None
         raise ValueError(f"prompt must be [batch, tokens], got shape {tuple(prompt.shape)}")
     if gen_len < 1:
         raise ValueError(f"gen_len must be >= 1, got {gen_len}")
-    den = model if isinstance(model, Denoiser) else Denoiser(model, kwargs.pop("mask_id", None))
+    den = as_denoiser(model, kwargs.pop("mask_id", None), kwargs.pop("shift_logits", False))
     masks = torch.full((prompt.shape[0], gen_len), den.mask_id, dtype=prompt.dtype, device=prompt.device)
     return decode(den, torch.cat([prompt, masks], 1), prompt.shape[1], cfg, generator, **kwargs)

@@ -1,66 +1,165 @@
-"""One calling convention for the models the decoder drives.
+"""The one small interface the decoder drives, and the adapter for any bidirectional model.
 
-* a :class:`~dlmlab.prediff.PreDiffLM` (time embedding, self-conditioning, optional shift, hybrid or
-  bidirectional attention; its mask id is its own);
-* a plain toolkit :class:`~dlmlab.models.Transformer` trained with the masked-diffusion objective
-  (``dlmlab train`` with ``objective: mdlm``; bidirectional; the mask id comes from the run).
+:class:`Denoiser` is the interface: ``den(tokens, clean_len=, t=, attn=, cache=, self_cond=, first=)`` ->
+logits aligned to ``tokens`` (``out[:, i]`` predicts ``tokens[:, i]``), plus a few flags saying what the
+model can do (KV caches and attention masks, self-conditioning, shifted logits, hook points).
+
+:class:`ModelDenoiser` adapts any bidirectional model ``tokens [B,T] -> logits [B,T,V]`` (a toolkit
+:class:`~dlmlab.models.Transformer` trained with the masked-diffusion objective, LLaDA / Dream loaded
+into one, or any callable) given its mask id, which is required: the sampler never adds a mask token.
+``shift_logits=True`` is Dream's convention (the logits at ``i - 1`` predict token ``i``).  A toolkit
+attention model (its forward takes ``kv_cache``) gets every cache kind and ``block_causal`` attention;
+any other callable is run on the whole canvas (``cache="none"``, ``attention="model"``).
+
+A model with its own conditioning (e.g. :class:`~dlmlab.prediff.PreDiffLM`: time embedding,
+self-conditioning, hybrid attention) plugs in through the same interface by providing
+``model.as_denoiser(mask_id=None) -> Denoiser``; this module knows nothing of it.
 """
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
-from dlmlab.config import ConfigError
-from dlmlab.hooks import HookedModule
+from dlmlab.errors import UserError
+
+CAUSAL_FAMILIES = ("mamba", "mamba2", "lstm", "gru")
 
 
 class Denoiser:
-    """Adapter: ``den(tokens, ...)`` -> logits aligned to ``tokens`` (``out[:, i]`` predicts ``tokens[:, i]``)."""
+    """What :func:`~dlmlab.sampling.decode.decode` drives.  Subclasses implement :meth:`__call__` and set:
 
-    def __init__(self, model, mask_id: int | None = None) -> None:
-        self.model = model
-        self.is_prediff = hasattr(model, "backbone") and hasattr(model, "mask_id")
-        if self.is_prediff:
-            if mask_id is not None and mask_id != model.mask_id:
-                raise ConfigError(f"mask_id {mask_id} differs from the model's own mask id {model.mask_id}")
-            self.mask_id = model.mask_id
-            self.hooked: HookedModule = model.backbone
-            self.prompt_causal = model.attention == "hybrid"
-            self.shift = bool(model.shift)
-            self.uses_self_cond = bool(model.uses_self_cond)
-        else:
-            if mask_id is None:
-                raise ConfigError("mask_id is needed for a plain Transformer (read it from the run: the last vocabulary id)")
-            kind = model.cfg.attn_mask
-            if kind == "causal":
-                raise ConfigError("a causal Transformer cannot denoise (it needs attn_mask 'bidirectional' or 'hybrid')")
-            self.mask_id = mask_id
-            self.hooked = model
-            self.prompt_causal = kind == "hybrid"
-            self.shift = False
-            self.uses_self_cond = False
-        vocab = self.hooked.cfg.vocab_size
-        if not 0 <= self.mask_id < vocab:
-            raise ConfigError(f"mask_id {self.mask_id} outside the model vocabulary [0, {vocab})")
-        self.alibi = self.hooked.cfg.positions == "alibi"
+    mask_id: the mask token id; shift: logits at ``i - 1`` predict token ``i``; prompt_causal: the clean
+    prompt never attends to later positions (its keys/values can be reused exactly); uses_self_cond: takes
+    ``self_cond``; supports_cache: honours ``attn`` / ``cache`` and :meth:`encode_context` (toolkit
+    attention); alibi: ALiBi positions; hooked: a :class:`~dlmlab.hooks.HookedModule` whose hook points a
+    trace can record (None: none); model: the underlying module (put in eval mode by the decoder).
+    """
 
-    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn: torch.Tensor | None = None,
+    mask_id: int
+    model = None
+    hooked = None
+    shift: bool = False
+    prompt_causal: bool = False
+    uses_self_cond: bool = False
+    supports_cache: bool = False
+    alibi: bool = False
+
+    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn: torch.Tensor | str | None = None,
                  cache=None, self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B,T] at positions ``cache.length ..`` -> aligned logits [B,T,V].
 
         clean_len: positions below it are clean context (prompt, finished blocks); t [B]: mask rate of the
-        noisy part; attn: boolean "may attend" [1,1,T,Tk] or None for the model's own mask; self_cond
-        [B,T,V]; first [B,V]: logits predicting ``tokens[:, 0]`` (shifted models with a cache).
+        noisy part; attn: boolean "may attend" [1,1,T,Tk], "bidirectional", or None for the model's own mask;
+        self_cond [B,T,V]; first [B,V]: logits predicting ``tokens[:, 0]`` (shifted models with a cache).
         """
-        if self.is_prediff:
-            return self.model(tokens, t, prompt_len=clean_len, attn_mask=attn, self_cond=self_cond,
-                              kv_cache=cache, first_logits=first)
-        return self.model(tokens, attn_mask=attn, prompt_len=clean_len, kv_cache=cache)
+        raise NotImplementedError
 
     def encode_context(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Run clean context tokens [B,P] alone (keys/values into ``cache``) -> raw logits of the last position [B,V]."""
-        kind = "hybrid" if self.prompt_causal else "bidirectional"
-        return self.hooked(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=cache)[:, -1]
+        raise UserError(f"{type(self).__name__} cannot cache keys/values (use cache='none')")
 
     def soft_prediction(self, logits: torch.Tensor) -> torch.Tensor:
-        return self.model.soft_prediction(logits)
+        """Aligned logits [B,T,V] -> probabilities with the mask token excluded (self-conditioning input)."""
+        logits = logits.detach().float().clone()
+        logits[..., self.mask_id] = float("-inf")
+        return logits.softmax(-1)
+
+    def eval(self) -> None:
+        if hasattr(self.model, "eval"):
+            self.model.eval()
+
+
+def _accepts(fn, name: str) -> bool:
+    """True when ``fn`` names keyword ``name`` explicitly (not only through ``**kwargs``)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _family(model) -> str | None:
+    fam = getattr(model, "family", None)
+    if fam is None:
+        fam = getattr(getattr(model, "cfg", None), "family", None)
+    return fam if isinstance(fam, str) else None
+
+
+def shift_align(raw: torch.Tensor, first: torch.Tensor | None = None) -> torch.Tensor:
+    """Shifted logits [B,T,V] (``raw[:, i]`` predicts token ``i + 1``) -> aligned [B,T,V]: ``out[:, i] = raw[:, i-1]``;
+    ``out[:, 0]`` is ``first`` [B,V] when given, else ``raw[:, 0]`` (never used: position 0 is prompt)."""
+    head = first[:, None] if first is not None else raw[:, :1]
+    return torch.cat([head.to(raw.dtype), raw[:, :-1]], dim=1)
+
+
+class ModelDenoiser(Denoiser):
+    """Any bidirectional model ``tokens [B,T] -> logits [B,T,V]`` with an explicit ``mask_id`` (see the module)."""
+
+    def __init__(self, model, mask_id: int | None, shift_logits: bool = False) -> None:
+        if mask_id is None:
+            raise UserError("mask_id is required for this model (e.g. dlmlab.load(path).mask_id); "
+                            "the sampler never adds a mask token")
+        if isinstance(mask_id, bool) or not isinstance(mask_id, int) or mask_id < 0:
+            raise UserError(f"mask_id must be an integer >= 0, got {mask_id!r}")
+        fam = _family(model)
+        cfg = getattr(model, "cfg", None)
+        kind = getattr(cfg, "attn_mask", None)
+        if fam in CAUSAL_FAMILIES or kind == "causal":
+            what = f"a {fam} model" if fam in CAUSAL_FAMILIES else "a causal Transformer"
+            raise UserError(f"{what} cannot denoise: the diffusion sampler needs a bidirectional model "
+                            "(attn_mask 'bidirectional' or 'hybrid')")
+        self.model = model
+        self.mask_id = int(mask_id)
+        self.shift = bool(shift_logits)
+        self.prompt_causal = kind == "hybrid"
+        blocks = getattr(model, "blocks", None)
+        self.supports_cache = (kind is not None and _accepts(getattr(model, "forward", model), "kv_cache")
+                               and bool(blocks) and all(getattr(b, "attn", None) is not None for b in blocks))
+        self.hooked = model if callable(getattr(model, "cache", None)) and hasattr(model, "hook_points") else None
+        self.alibi = getattr(cfg, "positions", None) == "alibi"
+        vocab = getattr(cfg, "n_out", 0) or getattr(cfg, "vocab_size", None)
+        if isinstance(vocab, int) and not 0 <= self.mask_id < vocab:
+            raise UserError(f"mask_id {self.mask_id} outside the model vocabulary [0, {vocab})")
+
+    def _raw(self, tokens, attn, clean_len, cache) -> torch.Tensor:
+        if self.supports_cache:
+            return self.model(tokens, attn_mask=attn, prompt_len=clean_len, kv_cache=cache)
+        if attn is not None or cache is not None:
+            raise UserError("this model takes no attention mask or KV cache: decode it with cache='none' and "
+                            "attention='model'")
+        out = self.model(tokens)
+        out = getattr(out, "logits", out)
+        if not isinstance(out, torch.Tensor) or out.shape[:2] != tokens.shape:
+            raise UserError(f"the model must map tokens {tuple(tokens.shape)} to logits [B,T,V], got "
+                            f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}")
+        if out.shape[-1] <= self.mask_id:
+            raise UserError(f"mask_id {self.mask_id} outside the model's {out.shape[-1]} output logits")
+        return out
+
+    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn=None, cache=None,
+                 self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
+        raw = self._raw(tokens, attn, clean_len, cache)
+        return shift_align(raw, first) if self.shift else raw
+
+    def encode_context(self, tokens: torch.Tensor, cache) -> torch.Tensor:
+        if not self.supports_cache:
+            return super().encode_context(tokens, cache)
+        kind = "hybrid" if self.prompt_causal else "bidirectional"
+        return self.model(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=cache)[:, -1]
+
+
+def as_denoiser(model, mask_id: int | None = None, shift_logits: bool = False) -> Denoiser:
+    """The :class:`Denoiser` for ``model``: itself, the model's own (``model.as_denoiser(mask_id)``), or a
+    :class:`ModelDenoiser` (``mask_id`` required)."""
+    if isinstance(model, Denoiser):
+        if mask_id is not None and mask_id != model.mask_id:
+            raise UserError(f"mask_id {mask_id} differs from the denoiser's mask id {model.mask_id}")
+        return model
+    own = getattr(type(model), "as_denoiser", None)
+    if callable(own):
+        den = model.as_denoiser(mask_id)
+        if shift_logits and not den.shift:
+            raise UserError(f"{type(model).__name__} sets its own logit alignment; leave shift_logits unset")
+        return den
+    return ModelDenoiser(model, mask_id, shift_logits)

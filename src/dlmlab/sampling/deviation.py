@@ -9,17 +9,18 @@ import torch
 from dlmlab.sampling.caches import block_causal_mask
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.decode import decode
-from dlmlab.sampling.denoiser import Denoiser
+from dlmlab.sampling.denoiser import as_denoiser
 from dlmlab.sampling.trajectory import TraceConfig
 
 
 @torch.no_grad()
 def cache_deviation(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig,
-                    generator: torch.Generator | None = None, mask_id: int | None = None) -> dict:
+                    generator: torch.Generator | None = None, mask_id: int | None = None,
+                    shift_logits: bool = False) -> dict:
     """Decode with ``cfg`` (self-conditioning off) and, at every step, recompute the block's logits from scratch
     on the same tokens -> {"max_abs": largest logit difference, "mean_abs": mean over steps of the mean absolute
     difference, "top1_agree": share of candidate positions whose argmax agrees, "steps": steps compared}."""
-    den = model if isinstance(model, Denoiser) else Denoiser(model, mask_id)
+    den = as_denoiser(model, mask_id, shift_logits)
     cfg = dataclasses.replace(cfg, self_cond=False)
     res = decode(den, canvas, prompt_len, cfg, generator, trace=TraceConfig(logits=True), record=True)
     M, N = den.mask_id, canvas.shape[1]

@@ -1,9 +1,11 @@
 """How many positions a denoising step commits.
 
-Count schedules fix the number per step in advance (``cosine``: few first, accelerating;
-``linear``: equal shares); ``ancestral`` draws it (MDLM: each masked position is revealed at step
-``j`` of ``S`` with probability ``1 / (S - j)``, so a step may reveal nothing and ``S`` may exceed
-the number of positions).  Adaptive rules look at the step's sorted scores (Fast-dLLM):
+Count schedules fix the number per step in advance (``cosine``: MaskGIT's, few first, accelerating;
+``linear``: equal shares, the linear noise schedule's :meth:`~dlmlab.objectives.schedule.NoiseSchedule.clean_share`);
+``ancestral`` draws it (MDLM: with time running from 1 to 0 in ``S`` equal steps, each masked position is
+revealed at step ``j`` with the noise schedule's
+:meth:`~dlmlab.objectives.schedule.NoiseSchedule.reveal_prob`, ``1 / (S - j)`` for the linear one, so a
+step may reveal nothing and ``S`` may exceed the number of positions).  Adaptive rules look at the step's sorted scores (Fast-dLLM):
 
 * threshold: commit every position whose score >= ``threshold`` (at least one);
 * factor: commit the ``n`` best positions while ``(n + 1) * (1 - c_n) < factor`` holds for each
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from dlmlab.objectives.schedule import LinearSchedule, NoiseSchedule
 
 
 def _counts(total: int, steps: int, cum_share) -> list[int]:
@@ -41,16 +45,18 @@ def unmask_schedule(gen_len: int, steps: int) -> list[int]:
 
 
 def linear_schedule(total: int, steps: int) -> list[int]:
-    """Equal shares per step (LLaDA's rule); ``min(steps, total)`` entries summing to ``total``."""
-    return _counts(total, steps, lambda u: u)
+    """Equal shares per step (LLaDA's rule; the linear noise schedule); ``min(steps, total)`` entries summing to ``total``."""
+    return _counts(total, steps, LinearSchedule().clean_share)
 
 
 SCHEDULES = {"cosine": unmask_schedule, "linear": linear_schedule}
 
 
-def ancestral_count(n_masked: torch.Tensor, step: int, steps: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Masked counts [R] -> positions revealed at step ``step`` (0-based) of ``steps`` [R]: Binomial(n, 1/(steps-step))."""
-    p = 1.0 / (steps - step) if step < steps - 1 else 1.0
+def ancestral_count(n_masked: torch.Tensor, step: int, steps: int, generator: torch.Generator | None = None,
+                    schedule: NoiseSchedule | None = None) -> torch.Tensor:
+    """Masked counts [R] -> positions revealed at step ``step`` (0-based) of ``steps`` [R]: Binomial(n, p) with
+    ``p = schedule.reveal_prob(step, steps)`` (default linear: ``1 / (steps - step)``)."""
+    p = (schedule or LinearSchedule()).reveal_prob(step, steps)
     width = int(n_masked.max()) if n_masked.numel() else 0
     u = torch.rand((n_masked.shape[0], width), generator=generator, dtype=torch.float64)
     hits = (u < p) & (torch.arange(width)[None] < n_masked.cpu()[:, None])
