@@ -1,6 +1,7 @@
 """One call that loads every Hugging Face folder format the toolkit reads: :func:`load_hf`.
 
-``load_hf(path)`` reads ``config.json`` (``model_type``, else ``architectures``) and dispatches:
+``load_hf(path)`` reads ``config.json`` (``model_type``; a config without one gets an error naming
+the type its ``architectures`` suggest) and dispatches:
 
 ==========  ===========================================  ==========  =========  ============
 format      loader                                       family      objective  attention
@@ -82,7 +83,11 @@ def hf_format(hf: dict, path: str | Path = "") -> str:
 def load_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, HFInfo]:
     """A local Hugging Face folder -> (hooked toolkit model in ``dtype``, :class:`HFInfo`); see the module docstring."""
     path = Path(path)
-    fmt = hf_format(read_config(path), path)
+    hf = read_config(path)
+    fmt = hf_format(hf, path)
+    if not hf.get("model_type"):  # every loader checks config.json's model_type itself
+        raise HFFormatError(f"{path}/config.json has no model_type; its architectures {hf.get('architectures')} "
+                            f"suggest {fmt!r}: add \"model_type\": \"{fmt}\" to it")
     mask_id = None
     if fmt == "gpt2":
         from dlmlab.models.hf_gpt2 import load_gpt2
