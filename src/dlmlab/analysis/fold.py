@@ -201,6 +201,7 @@ def fold_ln(model, center_writing_weights: bool = True, center_unembed: bool = F
     is removed (logits shift by a per-token constant; log-probabilities unchanged).
     The unembedding is untied from the token embedding and biases are added where the fold needs
     them (``cfg.bias`` / ``cfg.tie_embeddings`` of the copy updated)."""
+    list(_norm_sites(model))  # a clear error for a model without the norms (before copying it)
     folded = copy.deepcopy(model)
     _untie_unembed(folded)
     sites = list(_norm_sites(folded))
@@ -283,6 +284,7 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
     Not the same function as the original: the per-token scale becomes a constant (see
     :func:`fold_gap`; :func:`fold_ln` is the exact fold).  The unembedding is untied from the token
     embedding and gets a bias; ``cfg.norm`` of the copy becomes "none" and ``cfg.bias`` True."""
+    list(_norm_sites(model))  # a clear error for a model without the norms (before copying it)
     folded = copy.deepcopy(model)
     _untie_unembed(folded)
     for owner, attr, readers in list(_norm_sites(folded)):
