@@ -81,8 +81,8 @@ def load_gpt2(path: str | Path, dtype: torch.dtype = torch.float32) -> Transform
     from transformers import GPT2Config
 
     path = Path(path)
-    _read_config(path)  # clear errors for a missing / non-GPT-2 directory first
-    cfg = gpt2_config_to_ours(GPT2Config.from_pretrained(str(path)))
+    # clear errors for a missing / non-GPT-2 folder first; the dict -> GPT2Config (its defaults), no hub logic
+    cfg = gpt2_config_to_ours(GPT2Config.from_dict(_read_config(path)))
     sd = _read_weights(path)
     D, L = cfg.d_model, cfg.n_layers
 
