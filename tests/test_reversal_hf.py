@@ -1,83 +1,188 @@
-"""HF fine-tuning entry point of the reversal study, on tiny random LLaMA / Qwen2 models built here."""
+"""The reversal fine-tuning entry point on tiny random checkpoints written here in each format: LLaDA (its own
+parameter names, mask id in config.json), Dream (Qwen2 layout, shifted logits), Llama and Qwen2 (AR baselines),
+each with a tokenizer trained on the relation texts.  Nothing is downloaded, no remote code runs."""
 
 import json
 
 import pytest
 import torch
 
-from dlmlab.config import ConfigError
-from dlmlab.studies.reversal.hf_finetune import HFFinetuneConfig, HFLogits, finetune, load_local, main
-from dlmlab.tasks.relations import load_person_description, train_relation_tokenizer
-from dlmlab.training import TrainConfig
-
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+from safetensors.torch import save_file  # noqa: E402
+
+from dlmlab.config import ConfigError  # noqa: E402
+from dlmlab.errors import UserError  # noqa: E402
+from dlmlab.studies.reversal import hf_signatures as sig  # noqa: E402
+from dlmlab.studies.reversal.hf_finetune import (AlignedLM, HFFinetuneConfig, finetune, load_model,  # noqa: E402
+                                                 main)
+from dlmlab.tasks.relations import load_person_description, train_relation_tokenizer  # noqa: E402
+from dlmlab.training import TrainConfig  # noqa: E402
+from dlmlab.training.lora import LoraSettings  # noqa: E402
 
 
-def make_checkpoint(path, arch="llama", mask=True):
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import PreTrainedTokenizerFast
 
     texts = load_person_description("p2d_prompts_train").texts()[:90]
-    specials = ["[PAD]", "[EOS]"] + (["[MASK]"] if mask else [])
     bpe = train_relation_tokenizer(texts + load_person_description("p2d_reverse_prompts_test").texts()[:30], 400)
-    bpe.tok.add_special_tokens(specials)
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe.tok, pad_token="[PAD]", eos_token="[EOS]",
-                                  **({"mask_token": "[MASK]"} if mask else {}))
-    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    bpe.tok.add_special_tokens(["[PAD]", "[EOS]", "[BOS]", "[MASK]"])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe.tok, pad_token="[PAD]", eos_token="[EOS]", bos_token="[BOS]",
+                                   mask_token="[MASK]")
+
+
+def _hf(kind: str, vocab: int):
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
     torch.manual_seed(0)
-    if arch == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**common))
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+
+
+def _llada_folder(path, hf, mask_id: int):
+    """A Llama's weights under LLaDA's parameter names and config (non-fused llama block)."""
+    c, sd = hf.config, hf.state_dict()
+    pre = "model.transformer."
+    w = {pre + "wte.weight": sd["model.embed_tokens.weight"], pre + "ln_f.weight": sd["model.norm.weight"],
+         pre + "ff_out.weight": sd["lm_head.weight"]}
+    for i in range(c.num_hidden_layers):
+        p, b = f"model.layers.{i}.", f"{pre}blocks.{i}."
+        w |= {b + "attn_norm.weight": sd[p + "input_layernorm.weight"],
+              b + "ff_norm.weight": sd[p + "post_attention_layernorm.weight"],
+              b + "attn_out.weight": sd[p + "self_attn.o_proj.weight"], b + "ff_out.weight": sd[p + "mlp.down_proj.weight"],
+              b + "ff_proj.weight": sd[p + "mlp.gate_proj.weight"], b + "up_proj.weight": sd[p + "mlp.up_proj.weight"]}
+        w |= {b + f"{n}_proj.weight": sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"}
+    cfg = {"model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": c.hidden_size,
+           "n_heads": c.num_attention_heads, "n_kv_heads": c.num_key_value_heads, "n_layers": c.num_hidden_layers,
+           "mlp_hidden_size": c.intermediate_size, "mlp_ratio": 4, "activation_type": "silu", "block_type": "llama",
+           "block_group_size": 1, "layer_norm_type": "rms", "rms_norm_eps": c.rms_norm_eps, "rope": True,
+           "rope_theta": 10000.0, "alibi": False, "include_bias": False, "include_qkv_bias": False,
+           "bias_for_layer_norm": False, "attention_layer_norm": False, "input_emb_norm": False,
+           "scale_logits": False, "weight_tying": False, "vocab_size": c.vocab_size, "embedding_size": c.vocab_size,
+           "max_sequence_length": 256, "mask_token_id": mask_id}
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    save_file({k: v.contiguous() for k, v in w.items()}, str(path / "model.safetensors"))
+
+
+def make_checkpoint(path, fmt: str, tok):
+    """A tiny random checkpoint folder of ``fmt`` (llada | dream | llama | qwen2) with ``tok`` saved beside it."""
+    hf = _hf("qwen2" if fmt in ("dream", "qwen2") else "llama", len(tok))
+    if fmt == "llada":
+        _llada_folder(path, hf, tok.mask_token_id)
     else:
-        model = Qwen2ForCausalLM(Qwen2Config(**common))
-    model.save_pretrained(path)
+        hf.save_pretrained(path)
+        if fmt == "dream":
+            cfg = json.loads((path / "config.json").read_text())
+            cfg.update(model_type="Dream", architectures=["DreamModel"], mask_token_id=tok.mask_token_id)
+            (path / "config.json").write_text(json.dumps(cfg))
     tok.save_pretrained(path)
     return path
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_wrapper_attention_direction(tmp_path, arch):
-    model, tok = load_local(make_checkpoint(tmp_path, arch))
-    x = torch.randint(0, 300, (2, 10))
-    y = x.clone()
-    y[:, -1] = (y[:, -1] + 1) % 300
-    for bidir in (False, True):
-        w = HFLogits(model, bidirectional=bidir).eval()
-        with torch.no_grad():
-            a, b = w(x), w(y)
-        changed_early = not torch.allclose(a[:, :5], b[:, :5], atol=1e-6)
-        assert changed_early == bidir
-    # the Dream-style shift moves logits one position right
+def _cfg(ck, **kw):
+    train = TrainConfig(steps=3, batch_size=4, lr=3e-3, log_every=1, weight_decay=0.0, progress=False)
+    return HFFinetuneConfig(**{"model_path": str(ck), "n_facts": 3, "seq_len": 96, "n_signature_facts": 3,
+                               "train": train, **kw})
+
+
+@pytest.mark.parametrize("fmt,objective,shift", [("llada", "mdm", False), ("dream", "mdm", True),
+                                                 ("llama", "ar", False), ("qwen2", "ar", False)])
+def test_finetune_end_to_end(tmp_path, tokenizer, fmt, objective, shift):
+    ck = make_checkpoint(tmp_path / fmt, fmt, tokenizer)
+    res = finetune(_cfg(ck, eval_every=2, lora=LoraSettings(r=4) if fmt == "llada" else None), tmp_path / "out",
+                   progress=False)
+    assert (res["format"], res["objective"], res["shift_logits"]) == (fmt.replace("dream", "dream"), objective, shift)
+    assert res["mask_id"] == (tokenizer.mask_token_id if objective == "mdm" else res["mask_id"])
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    for key in ("forward_acc", "reverse_acc", "forward_acc_per_token", "reverse_acc_per_token"):
+        assert 0.0 <= saved[key] <= 1.0
+    assert saved["chance"] == pytest.approx(1 / 3) and saved["final_loss"] > 0
+    trace = saved["signatures"]
+    assert [s["step"] for s in trace] == [0, 2, 3]  # start, every eval_every, end
+    for s in trace:
+        assert 0 < s["reverse_p"] < 1 and 0 < s["forward_p"] < 1
+        assert -1 <= s["grad_cosine"] <= 1 and -1 <= s["grad_cosine_control"] <= 1
+        assert len(s["grad_cosine_per_fact"]) == 3
+        if objective == "mdm":
+            assert len(s["attn_corr_per_layer"]) == 2 and -1 <= s["attn_corr"] <= 1
+        else:
+            assert s["attn_corr"] is None  # no A -> B attention in a causal forward document
+    assert (tmp_path / "out" / "adapters.safetensors").exists() == (fmt == "llada")
+    lines = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+
+
+def test_aligned_lm_prepends_bos_and_realigns_shifted_logits(tmp_path, tokenizer):
+    model, info = load_model(make_checkpoint(tmp_path / "d", "dream", tokenizer))
+    assert info.shift_logits and info.objective == "mdm"
+    x = torch.randint(0, 300, (2, 9))
+    bos = tokenizer.bos_token_id
     with torch.no_grad():
-        plain, shifted = HFLogits(model, False)(x), HFLogits(model, False, shift=True)(x)
-    torch.testing.assert_close(shifted[:, 1:], plain[:, :-1])
+        raw = model(torch.cat([torch.full((2, 1), bos), x], 1))
+        shifted = AlignedLM(model, bos, shift=True)(x)
+        plain = AlignedLM(model, bos, shift=False)(x)
+        no_bos = AlignedLM(model, None, shift=True)(x)
+        inner = model(x)
+    torch.testing.assert_close(shifted, raw[:, :-1])  # position i scored by the output in front of it
+    torch.testing.assert_close(plain, raw[:, 1:])
+    torch.testing.assert_close(no_bos[:, 1:], inner[:, :-1])
+    torch.testing.assert_close(no_bos[:, 0], inner[:, 0])
 
 
-@pytest.mark.parametrize("objective,arch", [("mdm", "llama"), ("ar", "qwen2")])
-def test_finetune_end_to_end(tmp_path, objective, arch):
-    ck = make_checkpoint(tmp_path / "ck", arch)
-    cfg = HFFinetuneConfig(model_path=str(ck), objective=objective, n_facts=3, seq_len=200,
-                           train=TrainConfig(steps=3, batch_size=4, lr=1e-3, log_every=1, weight_decay=0.0))
-    res = finetune(cfg, tmp_path / "out", progress=False)
-    assert 0.0 <= res["forward_acc"] <= 1.0 and 0.0 <= res["reverse_acc"] <= 1.0
-    assert res["chance"] == pytest.approx(1 / 3)
-    saved = json.loads((tmp_path / "out" / "hf_reversal.json").read_text())
-    assert saved["objective"] == objective and saved["final_loss"] > 0
+def test_signature_spans_mark_name_and_description(tokenizer):
+    from dlmlab.studies.reversal.hf_finetune import _Encoder, signature_docs
+
+    enc = _Encoder(tokenizer)
+    fwd, rev = signature_docs(HFFinetuneConfig(model_path="x", n_facts=3, n_signature_facts=3), enc, 0)
+    name = load_person_description("p2d_reverse_prompts_test").completions[0]
+    ids = enc.encode(name)
+    assert rev.tokens[0][rev.a[0]].tolist() == ids
+    assert fwd.tokens[0][fwd.a[0]].tolist() == ids  # the same tokens for A in both documents
+    assert (fwd.b.sum(1) > 0).all() and (rev.b.sum(1) > 0).all() and not (fwd.a & fwd.b).any()
+    cf, cr = signature_docs(HFFinetuneConfig(model_path="x", dataset="celebrity", n_facts=4, n_signature_facts=3),
+                            enc, 0)
+    assert cf.tokens.shape[0] == 3 and (cf.a.sum(1) > 0).all() and (cr.a.sum(1) > 0).all()
 
 
-def test_finetune_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no local checkpoint"):
-        load_local(tmp_path / "missing")
+def test_gradient_cosine_matches_autograd_on_weights(tmp_path, tokenizer):
+    """The per-fact storage cosine from module hooks equals the cosine of autograd weight gradients."""
+    from dlmlab.studies.reversal.hf_finetune import _Encoder, signature_docs
+
+    model, info = load_model(make_checkpoint(tmp_path / "l", "llada", tokenizer))
+    lm = AlignedLM(model, tokenizer.bos_token_id, False)
+    fwd, rev = signature_docs(HFFinetuneConfig(model_path="x", n_facts=3, n_signature_facts=3), _Encoder(tokenizer),
+                              tokenizer.pad_token_id)
+    got = sig.storage_gradient_cosines(lm, fwd, rev, "mdm", info.mask_id)["per_fact"]
+    ws = [p for n, p in model.named_parameters() if n.endswith(("attn.W_v.weight", "attn.W_o.weight"))]
+    for n in range(3):
+        g = [torch.cat([t.flatten() for t in torch.autograd.grad(
+            sig.span_nll(lm, d.tokens[n:n + 1], d.a[n:n + 1], "mdm", info.mask_id).sum(), ws)]) for d in (fwd, rev)]
+        want = torch.nn.functional.cosine_similarity(g[0], g[1], dim=0)
+        assert float(got[n]) == pytest.approx(float(want), abs=1e-4)
+
+
+def test_errors(tmp_path, tokenizer):
     with pytest.raises(ConfigError, match="model_path"):
-        finetune(HFFinetuneConfig())
-    ck = make_checkpoint(tmp_path / "nomask", mask=False)
-    with pytest.raises(ConfigError, match="mask token"):
-        finetune(HFFinetuneConfig(model_path=str(ck), objective="mdm", n_facts=3))
+        HFFinetuneConfig()
+    with pytest.raises(ConfigError, match="n_signature_facts"):
+        HFFinetuneConfig(model_path="x", n_facts=3, n_signature_facts=5)
+    with pytest.raises(UserError, match="no local checkpoint"):
+        load_model(tmp_path / "missing")
+    ck = make_checkpoint(tmp_path / "ll", "llama", tokenizer)
     with pytest.raises(ConfigError, match="outside the model's vocabulary"):
-        finetune(HFFinetuneConfig(model_path=str(ck), objective="mdm", mask_token_id=10**6, n_facts=3))
+        finetune(_cfg(ck, objective="mdm", mask_token_id=10**6), progress=False)
 
 
-def test_cli_main(tmp_path):
-    ck = make_checkpoint(tmp_path / "ck")
-    rc = main(["--model", str(ck), "--objective", "mdm", "--n-facts", "2", "--seq-len", "200", "--steps", "2",
-               "--batch-size", "2", "--out", str(tmp_path / "o"), "--no-progress"])
-    assert rc == 0 and (tmp_path / "o" / "hf_reversal.json").exists()
+def test_cli_with_yaml_and_lora(tmp_path, tokenizer):
+    ck = make_checkpoint(tmp_path / "ck", "llada", tokenizer)
+    (tmp_path / "c.yaml").write_text(f"model_path: {ck}\nn_facts: 3\nn_signature_facts: 3\n"
+                                     "train: {steps: 2, batch_size: 2, lr: 0.001, log_every: 1}\n")
+    rc = main(["--config", str(tmp_path / "c.yaml"), "--lora-r", "2", "--steps", "1", "--out", str(tmp_path / "o"),
+               "--no-progress"])
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert rc == 0 and res["lora"] and res["config"]["lora"]["r"] == 2 and res["config"]["train"]["steps"] == 1
+    (tmp_path / "bad.yaml").write_text(f"model_path: {ck}\nn_fact: 3\n")
+    assert main(["--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o2")]) == 2
