@@ -10,6 +10,9 @@ num_attention_heads``) is mapped onto the toolkit's multi-head attention by repe
 head's weights (and biases) for the query heads that share it, exactly what HF's ``repeat_kv``
 does to the activations.
 
+Mistral's ``sliding_window`` is not applied (the toolkit attends to every earlier position), so a
+Mistral checkpoint is exact for sequences up to its window only.
+
 Weight mapping: embed_tokens -> tok_emb, layers.i.input_layernorm / post_attention_layernorm ->
 blocks.i.ln1 / ln2, self_attn.{q,k,v,o}_proj -> attn.W_{q,k,v,o}, mlp.gate_proj / up_proj /
 down_proj -> mlp.fc_gate / fc_in / fc_out, norm -> ln_final, lm_head -> unembed.
