@@ -43,7 +43,8 @@ class Loaded:
     objective: ``"ar"`` or ``"mdlm"`` (masked diffusion); ``None`` for a :func:`~dlmlab.training.train` run
     that was not told its objective;
     mask_id: the mask token of a masked-diffusion model (``None`` for AR);
-    shift_logits: the logits at position ``i`` predict token ``i + 1`` (AR, Dream) rather than token ``i``;
+    shift_logits: the logits at position ``i`` predict token ``i + 1`` (every AR model, and Dream's masked
+    diffusion) rather than token ``i`` (dlmlab's mdlm, LLaDA);
     bidirectional: every position sees the whole sequence by default;
     family: ``transformer``, ``mamba``, ``mamba2``, ``lstm``, ``gru`` (or the HF loader's family);
     source: the folder given; format: ``"run"``, ``"checkpoint"``, or the Hugging Face model type;
@@ -140,8 +141,10 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
     model, info = load_hf(p, dtype or torch.float32)
     tok_dir = Path(info.tokenizer_path) if info.tokenizer_path else p
     objective = "mdlm" if info.objective in ("mdm", "mdlm") else info.objective
+    # (HFInfo.shift_logits marks Dream's shifted diffusion output only; here every AR model is shifted too)
+    shift = bool(info.shift_logits) or objective == "ar"
     return Loaded(model=_place(model, None, device), tokenizer=_hf_tokenizer(tok_dir), objective=objective,
-                  mask_id=info.mask_id, shift_logits=bool(info.shift_logits), family=info.family, source=p,
+                  mask_id=info.mask_id, shift_logits=shift, family=info.family, source=p,
                   format=info.format, bidirectional=bool(info.bidirectional))
 
 

@@ -9,7 +9,7 @@ import sys
 from dlmlab import __version__
 
 COMMANDS = {
-    "train": "train a transformer LM (AR or masked diffusion) from a YAML config",
+    "train": "train an LM of any family (AR or masked diffusion) from a YAML config",
     "eval": "evaluate a run directory's latest checkpoint on held-out text",
     "reproduce": "reproduce a study (induction, reversal, state, prediff, all) at a preset",
     "compare": "print how two reproduction runs' results and claims differ",

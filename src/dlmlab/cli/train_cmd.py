@@ -12,11 +12,17 @@ from dlmlab.training.lm import load_run_config, run_training
 
 EPILOG = """\
 The config has four sections (any may be omitted; unknown fields are errors):
-  objective: ar | mdlm        model: TransformerConfig     data: DataConfig
+  objective: ar | mdlm (masked diffusion)      data: DataConfig
+  model: family (transformer | mamba | mamba2 | lstm | gru; default transformer) and the fields
+         of that family's config (TransformerConfig, MambaConfig, Mamba2Config, RecurrentConfig)
   train: TrainConfig (steps, batch_size = global batch, lr, schedule, ckpt_every ...)
+mdlm on a transformer needs model.attn_mask: bidirectional; mamba, mamba2, lstm and gru are causal
+(under mdlm each position sees the tokens to its left and the mask pattern).
 
-The run directory receives config.json, tokenizer.json, metrics.jsonl (one JSON row per
-logged step), checkpoints/step_N/{model,optimizer}.safetensors + state.json, and eval.json.
+The run directory receives config.json, tokenizer.json, model.json (family, model config,
+objective, mask id), metrics.jsonl (one JSON row per logged step), eval.json, and
+checkpoints/step_N/{model,optimizer}.safetensors + state.json + model.json + tokenizer.json.
+Load the run, or any checkpoint folder, with dlmlab.load(DIR) in Python.
 Re-running the same command resumes exactly from the latest checkpoint (also after kill -9).
 --no-resume starts over: an earlier run's files are moved into DIR/previous-<time>/, not deleted.
 One run at a time per DIR: a second command on a DIR in use stops with an error (DIR/.dlmlab.lock).
@@ -24,6 +30,7 @@ One run at a time per DIR: a second command on a DIR in use stops with an error 
 examples:
   dlmlab train configs/shakespeare_ar.yaml --out runs/ar
   dlmlab train configs/shakespeare_mdlm.yaml --out runs/mdlm --steps 50
+  dlmlab train configs/shakespeare_mamba_ar.yaml --out runs/mamba
   torchrun --nproc_per_node 2 --standalone -m dlmlab.cli.main train configs/shakespeare_ar.yaml --out runs/ar2
 """
 

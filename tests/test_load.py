@@ -1,0 +1,200 @@
+"""`dlmlab.load`: Hugging Face folders, runs written before model.json, bad paths; run configs of every
+family (model.family, objective names) and what `dlmlab train` writes for loading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import dlmlab
+from dlmlab.cli.main import main
+from dlmlab.config import ConfigError, from_dict
+from dlmlab.errors import UserError
+from dlmlab.training import TrainConfig, train
+from dlmlab.training.checkpoint import latest_checkpoint
+from dlmlab.training.lm import RunConfig, config_differences, run_config_dict
+
+
+def corpus(tmp_path):
+    text = "the cat sat on the mat. the dog ran to it. " * 40
+    (tmp_path / "c.txt").write_text(text)
+    return tmp_path / "c.txt"
+
+
+def yaml_cfg(tmp_path, model="{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16}", objective="ar", steps=2):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"objective: {objective}\nmodel: {model}\ndata: {{source: {corpus(tmp_path)}, seq_len: 12}}\n"
+                   f"train: {{steps: {steps}, batch_size: 4, progress: false}}\neval_batches: 1\n")
+    return cfg
+
+
+def toy(V=11, B=4, T=8):
+    from dlmlab.objectives import ar_loss
+
+    def make_batch(step, gen):
+        return {"tokens": torch.randint(0, V, (B, T + 1), generator=gen)}
+
+    return make_batch, lambda m, b: ar_loss(m, b["tokens"])
+
+
+# ------------------------------------------------------------------------------------------ bad paths
+def test_bad_paths_are_one_line_errors_naming_what_is_accepted(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps({"hello": 1}))
+    for p, what in [(tmp_path / "nope", "does not exist"), (tmp_path / "file.txt", "is a file"),
+                    (tmp_path / "empty", "not a folder dlmlab can load"),
+                    (tmp_path / "other", "not a folder dlmlab can load")]:
+        with pytest.raises(UserError, match=what) as e:
+            dlmlab.load(p)
+        msg = str(e.value)
+        assert "\n" not in msg and "run folder" in msg and "Hugging Face" in msg and "checkpoints/step_N" in msg
+
+
+def test_a_run_folder_without_a_checkpoint_says_so(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(UserError, match="no complete checkpoint"):
+        dlmlab.load(tmp_path)
+
+
+# ------------------------------------------------------------------------------- runs and train()
+def test_cli_run_writes_model_json_and_old_runs_still_load(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", str(yaml_cfg(tmp_path)), "--out", str(out)]) == 0
+    card = json.loads((out / "model.json").read_text())
+    assert (card["family"], card["objective"], card["mask_id"]) == ("transformer", "ar", None)
+    ck = latest_checkpoint(out)
+    assert {"model.json", "tokenizer.json"} <= {p.name for p in ck.iterdir()}
+    assert json.loads((out / "config.json").read_text())["model"]["family"] == "transformer"
+    new = dlmlab.load(out)
+    # a run from before model.json existed: config.json + tokenizer.json + checkpoints
+    for p in [out / "model.json", ck / "model.json", ck / "tokenizer.json"]:
+        p.unlink()
+    for path, fmt in [(out, "run"), (ck, "checkpoint")]:
+        old = dlmlab.load(path)
+        assert (old.family, old.objective, old.format, old.step) == ("transformer", "ar", fmt, 2)
+        for a, b in zip(new.model.state_dict().values(), old.model.state_dict().values()):
+            assert torch.equal(a, b)
+
+
+def test_resume_of_another_family_checks_its_fields(tmp_path, capsys):
+    model = "{family: lstm, d_model: 8, n_layers: 1}"
+    out = tmp_path / "run"
+    assert main(["train", str(yaml_cfg(tmp_path, model)), "--out", str(out)]) == 0
+    assert main(["train", str(yaml_cfg(tmp_path, model)), "--out", str(out)]) == 0  # resumed: nothing left
+    assert dlmlab.load(out).step == 2
+    capsys.readouterr()
+    changed = "{family: lstm, d_model: 8, n_layers: 1, hidden_size: 12}"
+    assert main(["train", str(yaml_cfg(tmp_path, changed)), "--out", str(out)]) == 2
+    assert "model.hidden_size: 8 in the folder, 12 now" in capsys.readouterr().err
+
+
+def test_config_json_from_before_families_resumes():
+    cfg = RunConfig()
+    old = run_config_dict(cfg)
+    del old["model"]["family"]
+    assert config_differences(old, run_config_dict(cfg)) == []
+    assert from_dict(RunConfig, old) == cfg
+
+
+def test_train_without_objective_or_with_a_custom_model(tmp_path):
+    from conftest import tiny_transformer
+
+    train(tiny_transformer(vocab_size=11), TrainConfig(steps=2, batch_size=4, progress=False), *toy(),
+          out_dir=tmp_path / "a")
+    run = dlmlab.load(tmp_path / "a")
+    assert (run.objective, run.mask_id, run.tokenizer, run.format) == (None, None, None, "run")
+
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(11, 11)
+
+        def forward(self, x):
+            return self.emb(x)
+
+    train(Plain(), TrainConfig(steps=2, batch_size=4, progress=False), *toy(), out_dir=tmp_path / "b")
+    assert not (tmp_path / "b" / "model.json").exists()
+    with pytest.raises(UserError, match="without model.json"):
+        dlmlab.load(tmp_path / "b")
+    with pytest.raises(UserError, match="'dlm' is an old name .* 'mdlm'"):
+        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
+              out_dir=tmp_path / "c", objective="dlm", mask_id=10)
+    with pytest.raises(UserError, match="needs its mask_id"):
+        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
+              out_dir=tmp_path / "d", objective="mdlm")
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("objective: dlm\n", "objective: 'dlm' is an old name of masked diffusion; write objective: mdlm"),
+    ("objective: mdm\n", "write objective: mdlm"),
+    ("model: {family: rwkv}\n", "model.family: 'rwkv' is not one of"),
+    ("model: {family: lstm, cell: gru}\n", "contradicts model.family"),
+    ("model: {family: mamba, n_heads: 4}\n", "unknown field 'model.n_heads'"),
+    ("model: {family: mamba2, d_model: 30, headdim: 7}\n", "must be a multiple of model.headdim"),
+])
+def test_bad_family_configs_are_one_line_errors(tmp_path, capsys, text, msg):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    assert main(["train", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0], err
+    with pytest.raises(ConfigError):
+        from_dict(RunConfig, __import__("yaml").safe_load(text))
+
+
+def test_every_family_round_trips_through_config_json():
+    for fam in ("transformer", "mamba", "mamba2", "lstm", "gru"):
+        cfg = RunConfig(model={"family": fam, "d_model": 16, "n_layers": 1})
+        assert cfg.family == fam and cfg.model.vocab_size == 0  # taken from the tokenizer at run time
+        assert from_dict(RunConfig, json.loads(json.dumps(run_config_dict(cfg)))) == cfg
+
+
+# ------------------------------------------------------------------------------ Hugging Face folders
+def _tiny_gpt2(tmp_path, with_tokenizer: bool):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=16, n_head=2, vocab_size=20, n_positions=32, bos_token_id=None, eos_token_id=None)).eval()
+    hf.save_pretrained(tmp_path)
+    if with_tokenizer:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        vocab = {w: i for i, w in enumerate("the cat sat on a mat dog ran [UNK]".split())}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path)
+    return hf
+
+
+def test_hugging_face_folder_loads_with_its_tokenizer(tmp_path):
+    pytest.importorskip("dlmlab.models.hf_auto", reason="dlmlab.models.hf_auto not yet available")
+    hf = _tiny_gpt2(tmp_path, with_tokenizer=True)
+    run = dlmlab.load(tmp_path)
+    assert (run.format, run.family, run.objective, run.mask_id, run.shift_logits, run.step) == \
+        ("gpt2", "transformer", "ar", None, True, None)
+    assert not run.model.training
+    ids = run.tokenizer("the cat sat on a mat")["input_ids"]
+    assert ids == [0, 1, 2, 3, 4, 5]
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        assert torch.allclose(run.model(x), hf(x).logits, atol=1e-5)
+
+
+def test_hugging_face_folder_without_tokenizer_files(tmp_path):
+    pytest.importorskip("dlmlab.models.hf_auto", reason="dlmlab.models.hf_auto not yet available")
+    _tiny_gpt2(tmp_path, with_tokenizer=False)
+    run = dlmlab.load(tmp_path, dtype=torch.float64)
+    assert run.tokenizer is None and next(run.model.parameters()).dtype == torch.float64
+
+
+def test_import_dlmlab_stays_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, dlmlab; print(sorted(m for m in ('torch', 'dlmlab.loading') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
