@@ -58,3 +58,28 @@ def test_bad_input_is_a_one_line_error(run_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["sample", str(tmp_path / "ar"), "--no-progress"]) == 2
     assert "mdlm" in capsys.readouterr().err
+
+
+def test_ancestral_rule_follows_the_chosen_noise_schedule(run_dir, capsys):
+    capsys.readouterr()
+    args = ["sample", str(run_dir), "--gen-len", "8", "--format", "jsonl", "--no-progress", "--schedule", "ancestral",
+            "--steps", "6"]
+    assert main(args + ["--noise", "cosine"]) == 0
+    r = json.loads(capsys.readouterr().out.strip())
+    assert r["config"]["noise"] == "cosine" and len(r["filled_ids"]) == 8
+    assert main(args + ["--noise", "sigmoid"]) == 2
+    assert "noise" in capsys.readouterr().err
+
+
+def test_a_causal_family_trained_with_mdlm_samples_through_dlmlab_load(tmp_path, capsys):
+    cfg = tmp_path / "gru.yaml"
+    cfg.write_text("objective: mdlm\nmodel: {family: gru, d_model: 16, n_layers: 1}\n"
+                   "data: {seq_len: 16}\ntrain: {steps: 2, batch_size: 4, progress: false}\neval_batches: 1\n")
+    assert main(["train", str(cfg), "--out", str(tmp_path / "gru")]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(tmp_path / "gru"), "--prompt", "The ", "--gen-len", "6", "--format", "jsonl",
+                 "--no-progress"]) == 0
+    r = json.loads(capsys.readouterr().out.strip())
+    assert r["full"].startswith("The ") and len(r["filled_ids"]) == 6
+    assert main(["sample", str(tmp_path / "gru"), "--cache", "prefix", "--no-progress"]) == 2  # no KV cache
+    assert "cache='none'" in capsys.readouterr().err

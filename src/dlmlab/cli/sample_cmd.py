@@ -1,4 +1,9 @@
-"""dlmlab sample RUN_OR_CHECKPOINT: masked-diffusion decoding from a `dlmlab train` run (objective mdlm)."""
+"""dlmlab sample RUN_OR_CHECKPOINT: masked-diffusion decoding of a model loaded by :func:`dlmlab.load`.
+
+Anything ``dlmlab.load`` loads with objective mdlm: a ``dlmlab train`` / ``train()`` run or one of its
+checkpoints (any family), or a Hugging Face LLaDA / Dream folder; its mask id and logit alignment
+(``shift_logits``, Dream) come with it.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ import torch
 
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.sampling import DecodeConfig, decode
+from dlmlab.sampling import DecodeConfig, ModelDenoiser, decode
 
 EPILOG = """\
-The mask id is the run's (the last vocabulary id of an mdlm run); a run of another objective is refused.
+RUN_OR_CHECKPOINT: anything dlmlab.load loads with a masked-diffusion objective (a run folder, one of its
+checkpoints, a Hugging Face LLaDA or Dream folder).  The mask id is the model's (the last vocabulary id
+of a dlmlab mdlm run); a model of another objective is refused.  Only toolkit Transformers take caches.
 Infilling: --infill "text with [MASK:n] spans" (n masked tokens; [MASK] is one).  Without --prompt,
 --prompt-file or --infill the samples are unconditional.  Caches: none and block_causal caches are
 exact; prompt / prefix / dual on a fully bidirectional model are approximate (see docs/sampling.md).
@@ -30,7 +37,8 @@ MASK_SPAN = re.compile(r"\[MASK(?::(\d+))?\]")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EPILOG
-    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="a `dlmlab train` run directory or one of its checkpoints")
+    p.add_argument("run", metavar="RUN_OR_CHECKPOINT",
+                   help="a run folder, one of its checkpoints, or a Hugging Face LLaDA / Dream folder")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE")
@@ -43,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--order", default=d.order, help="confidence | margin | entropy | random")
     p.add_argument("--schedule", default=d.schedule, help="cosine | linear | ancestral")
+    p.add_argument("--noise", default=d.noise, help="noise schedule of --schedule ancestral: linear | loglinear | cosine")
     p.add_argument("--threshold", type=float, help="threshold parallel decoding (e.g. 0.9)")
     p.add_argument("--factor", type=float, help="factor-based parallel decoding (e.g. 1.0)")
     p.add_argument("--block-len", type=int, default=d.block_len, help="semi-autoregressive blocks (0: one)")
@@ -56,22 +65,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def load_mdlm(path: str):
-    """(model, tokenizer, mask id, max positions) of an mdlm run directory or checkpoint folder."""
-    from dlmlab.training.checkpoint import load_checkpoint
-    from dlmlab.training.lm import load_run
+def load_denoiser(path: str) -> tuple[ModelDenoiser, object, int | None]:
+    """(denoiser, tokenizer, max positions or None) of a masked-diffusion model that :func:`dlmlab.load` loads."""
+    from dlmlab import load
 
-    p = Path(path)
-    ck = None
-    if (p / "model.safetensors").exists() and p.parent.name == "checkpoints":
-        ck, p = p, p.parent.parent
-    model, cfg, tok = load_run(p)
-    if ck is not None:
-        load_checkpoint(ck, model)
-    if cfg.objective != "mdlm":
-        raise UserError(f"{p} was trained with objective {cfg.objective!r}; `dlmlab sample` needs an mdlm run")
-    limit = model.cfg.max_seq_len if model.cfg.positions == "learned" else None
-    return model.eval(), tok, tok.vocab_size, limit
+    run = load(path)
+    if run.objective != "mdlm" or run.mask_id is None:
+        raise UserError(f"{path} holds a model trained with objective {run.objective!r}; `dlmlab sample` needs a "
+                        "masked-diffusion (mdlm) model")
+    if run.tokenizer is None:
+        raise UserError(f"{path} has no tokenizer, so prompts cannot be encoded")
+    # trained to denoise, so a causal family (e.g. a Mamba mdlm run) is decoded with its own mask
+    den = ModelDenoiser(run.model, run.mask_id, run.shift_logits, allow_causal=True)
+    cfg = getattr(run.model, "cfg", None)
+    limit = cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
+    return den, run.tokenizer, limit
 
 
 def _encode(tok, text: str) -> list[int]:
@@ -109,10 +117,11 @@ def build_canvas(tok, mask_id: int, args) -> tuple[list[int], int, str]:
 def run(args: argparse.Namespace) -> int:
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
-    cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule, threshold=args.threshold,
-                       factor=args.factor, block_len=args.block_len, attention=args.attention, cache=args.cache,
-                       refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
-    model, tok, mask_id, limit = load_mdlm(args.run)
+    cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule, noise=args.noise,
+                       threshold=args.threshold, factor=args.factor, block_len=args.block_len,
+                       attention=args.attention, cache=args.cache, refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
+    den, tok, limit = load_denoiser(args.run)
+    mask_id = den.mask_id
     canvas, P, prompt_text = build_canvas(tok, mask_id, args)
     if limit is not None and len(canvas) > limit:
         raise UserError(f"prompt + generated = {len(canvas)} tokens exceeds the model's max_seq_len {limit}")
@@ -122,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         for start in range(0, args.num_samples, args.batch_size):
             n = min(args.batch_size, args.num_samples - start)
             x = torch.tensor([canvas] * n)
-            res = decode(model, x, P, cfg, gen, mask_id=mask_id, progress=not args.no_progress)
+            res = decode(den, x, P, cfg, gen, progress=not args.no_progress)
             for i, ids in enumerate(res.tokens.tolist()):
                 filled = [t for t, c in zip(ids, canvas) if c == mask_id]
                 rows.append({"index": start + i, "prompt": prompt_text, "text": tok.decode(ids[P:]),

@@ -9,7 +9,10 @@ model can do (KV caches and attention masks, self-conditioning, shifted logits, 
 into one, or any callable) given its mask id, which is required: the sampler never adds a mask token.
 ``shift_logits=True`` is Dream's convention (the logits at ``i - 1`` predict token ``i``).  A toolkit
 attention model (its forward takes ``kv_cache``) gets every cache kind and ``block_causal`` attention;
-any other callable is run on the whole canvas (``cache="none"``, ``attention="model"``).
+any other callable is run on the whole canvas (``cache="none"``, ``attention="model"``).  Causal models
+(a causal Transformer, Mamba, Mamba-2, LSTM, GRU) are refused unless ``allow_causal`` says the model
+was trained to denoise that way (e.g. a ``dlmlab train`` mdlm run of a Mamba); they too run on the
+whole canvas with their own mask.
 
 A model with its own conditioning (e.g. :class:`~dlmlab.prediff.PreDiffLM`: time embedding,
 self-conditioning, hybrid attention) plugs in through the same interface by providing
@@ -96,7 +99,7 @@ def shift_align(raw: torch.Tensor, first: torch.Tensor | None = None) -> torch.T
 class ModelDenoiser(Denoiser):
     """Any bidirectional model ``tokens [B,T] -> logits [B,T,V]`` with an explicit ``mask_id`` (see the module)."""
 
-    def __init__(self, model, mask_id: int | None, shift_logits: bool = False) -> None:
+    def __init__(self, model, mask_id: int | None, shift_logits: bool = False, allow_causal: bool = False) -> None:
         if mask_id is None:
             raise UserError("mask_id is required for this model (e.g. dlmlab.load(path).mask_id); "
                             "the sampler never adds a mask token")
@@ -105,7 +108,8 @@ class ModelDenoiser(Denoiser):
         fam = _family(model)
         cfg = getattr(model, "cfg", None)
         kind = getattr(cfg, "attn_mask", None)
-        if fam in CAUSAL_FAMILIES or kind == "causal":
+        causal = fam in CAUSAL_FAMILIES or kind == "causal"
+        if causal and not allow_causal:
             what = f"a {fam} model" if fam in CAUSAL_FAMILIES else "a causal Transformer"
             raise UserError(f"{what} cannot denoise: the diffusion sampler needs a bidirectional model "
                             "(attn_mask 'bidirectional' or 'hybrid')")
@@ -114,7 +118,7 @@ class ModelDenoiser(Denoiser):
         self.shift = bool(shift_logits)
         self.prompt_causal = kind == "hybrid"
         blocks = getattr(model, "blocks", None)
-        self.supports_cache = (kind is not None and _accepts(getattr(model, "forward", model), "kv_cache")
+        self.supports_cache = (not causal and kind is not None and _accepts(getattr(model, "forward", model), "kv_cache")
                                and bool(blocks) and all(getattr(b, "attn", None) is not None for b in blocks))
         self.hooked = model if callable(getattr(model, "cache", None)) and hasattr(model, "hook_points") else None
         self.alibi = getattr(cfg, "positions", None) == "alibi"
