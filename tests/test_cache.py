@@ -38,16 +38,38 @@ def test_run_with_cache_equals_the_cache_hooks(tokens):
         with model.cache() as want:
             want_logits = model(tokens)
         logits, cache = model.run_with_cache(tokens)
-    assert isinstance(cache, ActivationCache) and torch.equal(logits, want_logits)
+    assert isinstance(cache, ActivationCache) and torch.allclose(logits, want_logits, atol=ATOL)
     assert set(cache) == set(want) and len(cache) == len(want)
+    # the attention patterns are deferred: listed, computed on the first read (the forward kept SDPA)
+    assert cache.deferred == ["blocks.0.attn.pattern", "blocks.1.attn.pattern"]
     for name, value in want.items():
-        assert torch.equal(cache[name], value), name
+        assert torch.allclose(cache[name], value, atol=ATOL), name
+    assert cache.deferred == [] and torch.equal(cache["blocks.1.attn.pattern"], want["blocks.1.attn.pattern"])
     assert "blocks.0.attn.head_out" not in cache  # opt-in
     assert not any(hp.active for hp in model.hook_points.values())
     # (name, layer) keys, TransformerLens style
     assert cache["resid_post", 1] is cache["blocks.1.resid_post"]
     assert cache["pattern", -1] is cache["blocks.1.attn.pattern"]
     assert ("pattern", 0) in cache and ("head_out", 0) not in cache
+
+
+def test_deferred_patterns_are_recorded_when_named_or_refused_when_stale(tokens):
+    model = tiny_transformer(positions="rope", attn_mask="bidirectional")
+    with torch.no_grad():
+        _, named = model.run_with_cache(tokens, ["blocks.*.attn.pattern"], attn_mask="causal")
+        assert named.deferred == []
+        _, cache = model.run_with_cache(tokens, attn_mask="causal")
+        assert torch.equal(cache["pattern", 0], named["pattern", 0])  # the same forward keywords replayed
+        # hooks attached during the run: recorded in that forward (the replay could not see them)
+        with model.replace({"blocks.0.attn.z": torch.zeros(3, 12, 4, 8)}):
+            _, patched = model.run_with_cache(tokens)
+        assert patched.deferred == []
+        _, stale = model.run_with_cache(tokens)
+        with model.add({"final": torch.ones(32)}), pytest.raises(UserError, match="hooks are attached"):
+            stale["pattern", 0]
+        model.blocks[0].attn.W_q.weight.mul_(2)
+        with pytest.raises(UserError, match="model changed"):
+            stale["pattern", 0]
 
 
 def test_run_with_cache_names_kwargs_and_step(tokens):

@@ -20,7 +20,10 @@ and one call, ``run_with_cache(tokens, names)`` -> ``(logits, ActivationCache)``
 globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
 are only built when hooked (the per-head attention output ``blocks.{i}.attn.head_out``
 [B,T,H,D]; see :attr:`HookedModule.opt_in_points`): ``names=None`` leaves them out, a name or
-glob / predicate that matches them takes them.  Every name or glob must match at least one hook point,
+glob / predicate that matches them takes them.  *Deferred* points (the attention pattern
+``blocks.{i}.attn.pattern``, which needs the slower explicit attention path; see
+:attr:`HookedModule.deferred_points`) are, in ``run_with_cache(names=None)``, left out of the
+forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`).  Every name or glob must match at least one hook point,
 else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
 closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
 activation's device and dtype.  Hooks are always removed on exit, also on error.
@@ -50,6 +53,7 @@ class HookPoint(nn.Module):
         super().__init__()
         self.name: str = ""
         self.opt_in = opt_in  # True: costly to build, left out of ``names=None`` (cache / run_with_cache)
+        self.deferred = False  # True: run_with_cache(names=None) computes it on first read (HookedModule.deferred_points)
         self._fns: list[HookFn] = []
 
     @property
@@ -126,6 +130,8 @@ class HookedModule(nn.Module):
 
     #: globs of the points left out of ``names=None`` (besides any ``HookPoint(opt_in=True)``)
     opt_in_points: tuple[str, ...] = ("*.attn.head_out",)
+    #: globs of the points ``run_with_cache(names=None)`` computes on first read (they slow the forward down)
+    deferred_points: tuple[str, ...] = ("*.attn.pattern",)
 
     def setup_hooks(self) -> None:
         self._hook_points: dict[str, HookPoint] = {}
@@ -134,6 +140,8 @@ class HookedModule(nn.Module):
                 mod.name = name
                 if any(fnmatch.fnmatchcase(name, g) for g in self.opt_in_points):
                     mod.opt_in = True
+                if any(fnmatch.fnmatchcase(name, g) for g in self.deferred_points):
+                    mod.deferred = True
                 self._hook_points[name] = mod
 
     @property
@@ -205,6 +213,14 @@ class HookedModule(nn.Module):
         tokens [B,T]; ``forward_kwargs`` go to the model's forward.  Stored tensors are references
         to the activations, detached unless ``detach=False``.
 
+        With ``names=None`` the deferred points (attention patterns) are not recorded during this
+        forward, which then keeps the fast attention kernel; the cache lists them and computes them
+        all on the first read of one, by a second forward of the same tokens and keywords.  That
+        forward must see the same model: reading raises a :class:`UserError` if a parameter or buffer
+        changed since, or if hooks are attached at that moment.  They are recorded in this forward
+        instead when they are named, or when hooks are attached now, ``detach=False``, ``loss_fn``
+        or a ``kv_cache`` is given.
+
         ``loss_fn(logits) -> scalar``: also store d loss / d activation at each point ``grad_names``
         chooses (default: the cached points) in ``cache.grads`` (computed with
         :func:`torch.autograd.grad`, so parameters' ``.grad`` are left alone; works with frozen
@@ -215,9 +231,17 @@ class HookedModule(nn.Module):
 
         points = self.select_hooks(names)
         if loss_fn is None:
+            deferred: list[str] = []
+            if (names is None and detach and forward_kwargs.get("kv_cache") is None
+                    and not any(h.active for h in self._hook_points.values())):
+                deferred = [n for n, h in points.items() if h.deferred]
+                points = {n: h for n, h in points.items() if not h.deferred}
             with self.cache(points.__contains__, detach=detach) as store:
                 logits = self(tokens, **forward_kwargs)
-            return logits, ActivationCache(store, self, step=step, meta=_meta(forward_kwargs))
+            cache = ActivationCache(store, self, step=step, meta=_meta(forward_kwargs))
+            if deferred:
+                cache.defer(deferred, _DeferredForward(self, tokens, dict(forward_kwargs), deferred))
+            return logits, cache
         if not torch.is_grad_enabled():
             raise UserError("run_with_cache(loss_fn=...) computes gradients: call it with grad mode on "
                             "(not under torch.no_grad() / inference_mode())")
@@ -275,6 +299,34 @@ class HookedModule(nn.Module):
 
         with self.hooks({n: make(v) for n, v in values.items()}):
             yield
+
+
+class _DeferredForward:
+    """Computes a cache's deferred points by a second forward of the same input, refusing when the
+    model is not the one that ran (a parameter / buffer changed) or hooks are attached."""
+
+    def __init__(self, model: HookedModule, tokens: torch.Tensor, forward_kwargs: dict, names: list[str]) -> None:
+        self.model, self.tokens, self.forward_kwargs, self.names = model, tokens, forward_kwargs, names
+        self.fingerprint = self._fingerprint()
+
+    def _fingerprint(self) -> tuple:
+        m = self.model
+        return (m.training,) + tuple((t.data_ptr(), t._version) for t in (*m.parameters(), *m.buffers()))
+
+    def __call__(self) -> dict[str, torch.Tensor]:
+        m = self.model
+        what = f"the deferred points ({self.names[0]}, ...) of a run_with_cache(names=None) cache"
+        if self._fingerprint() != self.fingerprint:
+            raise UserError(f"{what} are computed on first read by a second forward, but the model changed since "
+                            "(weights, buffers or train/eval mode); run run_with_cache again, or name these points "
+                            "in names= so they are recorded in the first forward")
+        active = [n for n, h in m._hook_points.items() if h.active]
+        if active:
+            raise UserError(f"{what} are computed on first read by a second forward, and hooks are attached now "
+                            f"(at {active[0]}); read them outside hook contexts, or name them in names=")
+        with torch.no_grad(), m.cache(self.names) as store:
+            m(self.tokens, **self.forward_kwargs)
+        return store
 
 
 def _meta(forward_kwargs: Mapping) -> dict:

@@ -1,9 +1,10 @@
 """ActivationCache: what ``model.run_with_cache(tokens)`` returns, with TransformerLens-style helpers.
 
-A read-only mapping from hook name to the activation recorded there (``cache["blocks.0.resid_post"]``,
+A mapping from hook name to the activation recorded there (``cache["blocks.0.resid_post"]``,
 or ``cache["resid_post", 0]`` for ``blocks.0.resid_post`` / ``cache["pattern", 1]`` for
 ``blocks.1.attn.pattern``), with ``grads`` (d loss / d activation, when run with ``loss_fn``),
 ``step`` (e.g. the denoising step it was recorded at) and ``meta`` (the forward keywords used).
+Points ``run_with_cache(names=None)`` defers (attention patterns) are listed and computed on first read.
 
 Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`dlmlab.models.protocol`):
 
@@ -60,6 +61,8 @@ class ActivationCache(Mapping):
     def __init__(self, store: dict[str, torch.Tensor], model: nn.Module, *, step: int | None = None,
                  grads: dict[str, torch.Tensor] | None = None, meta: dict[str, Any] | None = None) -> None:
         self._store = store
+        self._pending: list[str] = []  # deferred points not computed yet (see defer)
+        self._compute = None
         self.model = model
         self.step = step
         self.grads: dict[str, torch.Tensor] = grads or {}
@@ -82,8 +85,27 @@ class ActivationCache(Mapping):
     def _points(self) -> dict:
         return getattr(self.model, "hook_points", {}) or {}
 
+    def defer(self, names: Sequence[str], compute) -> None:
+        """List ``names`` as held but computed on first read: ``compute()`` -> {name: tensor} for all of them
+        (``run_with_cache`` defers the attention patterns this way)."""
+        self._pending = [n for n in names if n not in self._store]
+        self._compute = compute
+
+    @property
+    def deferred(self) -> list[str]:
+        """The points this cache holds but has not computed yet."""
+        return list(self._pending)
+
+    def _fill(self) -> None:
+        got = self._compute()
+        for n in self._pending:
+            self._store[n] = got[n]
+        self._pending, self._compute = [], None
+
     def __getitem__(self, key) -> torch.Tensor:
         name = self._key(key)
+        if name in self._pending:
+            self._fill()
         try:
             return self._store[name]
         except KeyError:
@@ -97,16 +119,17 @@ class ActivationCache(Mapping):
         return MissingActivation(f"{who}hook point {name!r}, which this {_model_name(self.model)} model does not have")
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._store)
+        return iter(list(self._store) + self._pending)
 
     def __len__(self) -> int:
-        return len(self._store)
+        return len(self._store) + len(self._pending)
 
     def __contains__(self, key) -> bool:
         try:
-            return self._key(key) in self._store
+            name = self._key(key)
         except TypeError:
             return False
+        return name in self._store or name in self._pending
 
     def __repr__(self) -> str:
         step = f", step={self.step}" if self.step is not None else ""
@@ -114,7 +137,7 @@ class ActivationCache(Mapping):
 
     def to(self, device) -> "ActivationCache":
         """A copy with every tensor on ``device``."""
-        return ActivationCache({k: v.to(device) for k, v in self._store.items()}, self.model, step=self.step,
+        return ActivationCache({k: v.to(device) for k, v in self.items()}, self.model, step=self.step,
                                grads={k: v.to(device) for k, v in self.grads.items()}, meta=dict(self.meta))
 
     # -- model structure -------------------------------------------------------------------------
@@ -138,9 +161,9 @@ class ActivationCache(Mapping):
         return layer
 
     def _get(self, name: str, needed_by: str) -> torch.Tensor:
-        if name not in self._store:
+        if name not in self:
             raise self._missing(name, needed_by)
-        return self._store[name]
+        return self[name]
 
     def _need_residual(self, what: str) -> None:
         if getattr(self.model, "residual_stream", True) is False:
