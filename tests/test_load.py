@@ -86,6 +86,7 @@ def test_resume_of_another_family_checks_its_fields(tmp_path, capsys):
     assert main(["train", str(yaml_cfg(tmp_path, model)), "--out", str(out)]) == 0
     assert main(["train", str(yaml_cfg(tmp_path, model)), "--out", str(out)]) == 0  # resumed: nothing left
     assert dlmlab.load(out).step == 2
+    assert main(["eval", str(out)]) == 0  # `dlmlab eval` reads runs of every family
     capsys.readouterr()
     changed = "{family: lstm, d_model: 8, n_layers: 1, hidden_size: 12}"
     assert main(["train", str(yaml_cfg(tmp_path, changed)), "--out", str(out)]) == 2

@@ -125,10 +125,12 @@ class RunConfig(Config):
             raise ConfigError(f"model: expected a mapping, got {type(self.model).__name__}")
         else:
             try:
-                family_of(self.model)
+                family = family_of(self.model)
             except UserError:
                 raise ConfigError(f"model: {type(self.model).__name__} is not the config of a model family "
                                   f"({', '.join(FAMILIES)})") from None
+            if type(self.model) is not _run_model_class(family):  # one class per family, so configs compare equal
+                self.model = model_from_dict(model_to_dict(self.model))
 
     def validate(self) -> None:
         require(self.eval_batches > 0, f"eval_batches must be > 0, got {self.eval_batches}")
