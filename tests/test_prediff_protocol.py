@@ -81,6 +81,32 @@ def test_both_training_losses_on_hand_made_logits():
     assert met["nelbo"] == pytest.approx(loss_b.item()) and met["masked_ce"] == pytest.approx(loss_ce.item())
 
 
+def test_mdlm_bound_under_a_cosine_noise_schedule_on_hand_made_logits():
+    from dlmlab.objectives import CosineSchedule, LinearSchedule
+
+    V = 6
+    table = torch.tensor([2.0, 0.0, 1.0, 0.0, -1.0, 0.0])
+    model = FixedLogits(V, table)
+    tokens = torch.tensor([[0, 1, 2, 3], [4, 0, 1, 2]])
+    P = torch.tensor([1, 2])
+    t = torch.tensor([0.5, 0.25])
+    noise = torch.tensor([[0.0, 0.1, 0.9, 0.2], [0.0, 0.0, 0.1, 0.6]])
+    s = CosineSchedule(eps=0.1)
+    logp = torch.log_softmax(table[:-1], 0).tolist()
+    rows = []
+    for b in range(2):
+        tb = float(t[b])
+        mp = (1 - 0.1) * (1 - math.cos(math.pi * tb / 2))  # masked where noise < mask_prob(t), after the prompt
+        w = (math.pi / 2) * math.sin(math.pi * tb / 2) / (1 - math.cos(math.pi * tb / 2))
+        nll = sum(-logp[int(tokens[b, i])] for i in range(int(P[b]), 4) if float(noise[b, i]) < mp)
+        rows.append(w * nll / (4 - int(P[b])))
+    loss, _ = diffusion_loss(model, tokens, P, t, noise, loss="mdlm_bound", schedule=s)
+    assert loss.item() == pytest.approx(sum(rows) / 2, rel=1e-6)
+    default, _ = diffusion_loss(model, tokens, P, t, noise, loss="mdlm_bound")
+    assert torch.equal(default, diffusion_loss(model, tokens, P, t, noise, loss="mdlm_bound",
+                                               schedule=LinearSchedule())[0])
+
+
 def test_original_weighting_is_the_midpoint_rule_with_one_over_one_minus_t():
     V = 9
     model = FixedLogits(V)  # uniform over the 8 non-mask ids: CE = log 8 at every masked token
