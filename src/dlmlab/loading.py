@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,8 @@ class Loaded:
     step: the training step of the loaded checkpoint (``None`` for Hugging Face folders).
     """
 
-    model: Any
-    tokenizer: Any
+    model: Any = field(repr=False)
+    tokenizer: Any = field(repr=False)
     objective: str | None
     mask_id: int | None
     shift_logits: bool
