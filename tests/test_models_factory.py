@@ -8,7 +8,8 @@ import torch
 from dlmlab.config import ConfigError
 from dlmlab.models.factory import ARCHITECTURES, build_model, count_config_params, count_params, model_config, param_table
 
-COMMON = ["embed", "final", "logits"] + [f"blocks.{i}.{p}" for i in range(2) for p in ("resid_pre", "resid_post")]
+COMMON = ["embed", "final", "logits"] + [f"blocks.{i}.{p}" for i in range(2) for p in ("resid_pre", "mixer_out",
+                                                                                         "resid_post")]
 SPECIFIC = {"mamba": ["blocks.0.mixer.conv_out", "blocks.0.mixer.ssm_out"],
             "mamba2": ["blocks.0.mixer.conv_out", "blocks.0.mixer.ssm_out"],
             "lstm": ["blocks.0.rnn_out"], "gru": ["blocks.1.rnn_out"], "transformer": ["blocks.0.attn_out"]}

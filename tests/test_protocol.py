@@ -41,7 +41,7 @@ def test_family_follows_the_protocol(family):
     for fam, points in FAMILY_POINTS.items():  # family-specific points only on their family
         present = {p.format(i=i) for p in points for i in range(2)} <= names
         assert present == (fam == family or set(points) <= set(FAMILY_POINTS[family])), fam
-    assert has_attention(m) == (family == "transformer")
+    assert has_attention(m) == m.supports_kv_cache == (family == "transformer")
     assert any(".attn." in n for n in names) == (family == "transformer")
     sig = inspect.signature(m.forward)
     assert list(sig.parameters)[0] == "tokens"
@@ -156,7 +156,7 @@ def test_protocol_problems_name_what_is_missing():
             return tokens
 
     problems = protocol_problems(Half())
-    assert problems == ["no residual_stream flag (bool)",
+    assert problems == ["no residual_stream flag (bool)", "no supports_kv_cache flag (bool)",
                         "missing hook points blocks.0.resid_pre, blocks.0.mixer_out",
                         "forward does not accept the common keywords attn_mask, prompt_len, embed_add, kv_cache"]
     with pytest.raises(ProtocolError, match="^Half does not follow the dlmlab model protocol: no residual_stream"):

@@ -35,8 +35,9 @@ Hook points (:data:`RESIDUAL_POINTS`, present on every family; shapes [B,T,D] un
     ``mlp_out``, ``mlp.post``, ``pos_embed``) only on attention models; ``mixer.conv_out``,
     ``mixer.dt``, ``mixer.ssm_out`` on Mamba / Mamba-2; ``rnn_out`` (= ``mixer_out``) on LSTM / GRU.
 
-Family
-    ``model.family`` (= ``model.cfg.family``): one of :data:`FAMILIES`.
+Family and flags
+    ``model.family`` (= ``model.cfg.family``): one of :data:`FAMILIES`; ``model.residual_stream``
+    (above); ``model.supports_kv_cache``: whether ``forward(kv_cache=...)`` is accepted.
 
 :func:`protocol_problems` lists what a model lacks; :func:`check_protocol` raises on the first.
 This module imports no model, so models and analyses can both import it.
@@ -80,6 +81,7 @@ class SequenceModel(Protocol):
 
     family: str
     residual_stream: bool
+    supports_kv_cache: bool
     blocks: Sequence[torch.nn.Module]
 
     @property
@@ -151,8 +153,9 @@ def protocol_problems(model) -> list[str]:
     fam = family_of(model)
     if fam is None:
         problems.append("no family (model.family or model.cfg.family)")
-    if not isinstance(getattr(model, "residual_stream", None), bool):
-        problems.append("no residual_stream flag (bool)")
+    for flag in ("residual_stream", "supports_kv_cache"):
+        if not isinstance(getattr(model, flag, None), bool):
+            problems.append(f"no {flag} flag (bool)")
     if getattr(model, "blocks", None) is None:
         problems.append("no blocks")
     points = getattr(model, "hook_points", None)

@@ -29,6 +29,7 @@ from dlmlab.models.protocol import family_name
 
 class StackedLM(HookedModule):
     residual_stream = True  # resid_post = resid_pre + mixer_out (RecurrentModel: cfg.residual)
+    supports_kv_cache = False  # forward refuses kv_cache: decoders re-run the prefix
 
     def finish_init(self) -> None:
         self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()

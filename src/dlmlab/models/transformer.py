@@ -26,6 +26,7 @@ from dlmlab.models.positions import alibi_bias, alibi_slopes, rope_cos_sin
 
 class Transformer(HookedModule):
     residual_stream = True  # resid_post = resid_pre + mixer_out (+ mlp_out)
+    supports_kv_cache = True  # forward(kv_cache=KVCache()) decodes incrementally
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
