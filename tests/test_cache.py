@@ -266,3 +266,24 @@ def test_to_str_tokens():
     assert "".join(pieces) == text and len(pieces) == len(bpe.encode(text))
     with pytest.raises(UserError, match="shape"):
         to_str_tokens(char, torch.zeros(1, 2, 3, dtype=torch.long))
+
+
+def test_run_with_cache_on_a_wrapped_hugging_face_model():
+    transformers = pytest.importorskip("transformers")
+    from dlmlab.models.hf_hooked import HFHooked
+
+    torch.manual_seed(0)
+    cfg = transformers.GPTNeoXConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    model = HFHooked(transformers.GPTNeoXForCausalLM(cfg).eval())
+    x = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(x)
+        assert torch.allclose(logits, model(x), atol=ATOL)
+    parts, labels = cache.decompose_resid(return_labels=True)  # parallel attention + MLP: both read resid_pre
+    assert labels == ["embed", "blocks.0.mixer_out", "blocks.0.mlp_out", "blocks.1.mixer_out", "blocks.1.mlp_out"]
+    assert torch.allclose(parts.sum(0), cache["blocks.1.resid_post"], atol=ATOL)
+    with pytest.raises(UserError, match="attention heads"):
+        cache.stack_head_results()
+    _, g = model.run_with_cache(x, "blocks.*.resid_pre", loss_fn=lambda l: l[:, -1].logsumexp(-1).sum())
+    assert g.grads["blocks.1.resid_pre"].shape == (2, 10, 32)
