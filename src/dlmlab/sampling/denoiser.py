@@ -117,9 +117,12 @@ class ModelDenoiser(Denoiser):
         self.mask_id = int(mask_id)
         self.shift = bool(shift_logits)
         self.prompt_causal = kind == "hybrid"
-        blocks = getattr(model, "blocks", None)
-        self.supports_cache = (not causal and kind is not None and _accepts(getattr(model, "forward", model), "kv_cache")
-                               and bool(blocks) and all(getattr(b, "attn", None) is not None for b in blocks))
+        flag = getattr(model, "supports_kv_cache", None)  # the model protocol's flag, when the model states it
+        if not isinstance(flag, bool):
+            blocks = getattr(model, "blocks", None)
+            flag = (_accepts(getattr(model, "forward", model), "kv_cache") and bool(blocks)
+                    and all(getattr(b, "attn", None) is not None for b in blocks))
+        self.supports_cache = not causal and kind is not None and flag
         self.hooked = model if callable(getattr(model, "cache", None)) and hasattr(model, "hook_points") else None
         self.alibi = getattr(cfg, "positions", None) == "alibi"
         vocab = getattr(cfg, "n_out", 0) or getattr(cfg, "vocab_size", None)
