@@ -73,7 +73,7 @@ class BPETokenizer:
         return self.tok.decode(list(ids))
 
     def to_json(self) -> str:
-        return self.tok.to_str()
+        return self.tok.to_str(pretty=True)  # (what Tokenizer.save writes)
 
     def save(self, path: str | Path) -> None:
         """Write the tokenizer file in one step (a reader never sees half of it)."""
