@@ -132,3 +132,27 @@ def test_residual_layers_on_a_wrapper_without_resid_pre():
     assert residual_layers(Wrapper(False), start="embed") == ["blocks.0.resid_post", "blocks.1.resid_post"]
     with pytest.raises(UnsupportedModel, match=r"residual layers need 'blocks\.\{i\}\.resid_post' hook points"):
         residual_layers(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("family", ["transformer"] + list(NAMES))
+def test_mixer_ablation_on_every_family(family):
+    m = _model(family)
+    x = _tokens(4, 12)
+    means = ablation.mixer_means(m, x)
+    assert set(means) == {0, 1} and means[1].shape == (12, 16)
+    assert ablation.mixer_means(m, x, per_position=False)[0].shape == (16,)
+    with torch.no_grad():
+        y = m(x)
+        with ablation.ablate_mixers(m, [1], "mean", means), \
+                m.cache(["blocks.1.mixer_out", "blocks.1.resid_post"]) as c:  # cache after the ablation hook
+            y_mean = m(x)
+        with ablation.ablate_mixers(m, [0, 1], "zero"):
+            y_zero = m(x)
+    torch.testing.assert_close(c["blocks.1.mixer_out"], means[1].expand(4, -1, -1))
+    if not m.residual_stream:  # plain LSTM / GRU: the last layer's output is the mean itself
+        torch.testing.assert_close(c["blocks.1.resid_post"], c["blocks.1.mixer_out"])
+    assert not torch.allclose(y_mean, y) and not torch.allclose(y_zero, y)
+    with pytest.raises(LayerOutOfRange, match="layer 2 out of range for a model with 2 layers"):
+        ablation.ablate_mixers(m, [2]).__enter__()
+    with pytest.raises(ValueError, match="mean ablation needs means=mixer_means"):
+        ablation.ablate_mixers(m, [0], "mean").__enter__()

@@ -1,4 +1,5 @@
-"""Per-head zero / mean ablation through the ``blocks.{i}.attn.z`` hook points.
+"""Zero / mean ablation of attention heads (``blocks.{i}.attn.z``) or of whole token mixers
+(``blocks.{i}.mixer_out``).
 
 Ablating a head replaces its pattern-weighted values ``z`` [B, T, H, d_head] (hence its
 output ``z @ W_O[h]``) by zero or by its mean over a reference batch.  Works on any toolkit
@@ -9,6 +10,13 @@ raises :class:`~dlmlab.analysis.requires.UnsupportedModel`.
     with ablate_heads(model, [(1, 0)], "mean", means):
         acc = metric(model)
     base, drop = ablation_effects(model, metric, "mean", means)   # drop [L, H] = base - ablated
+
+Ablating a mixer replaces a block's ``mixer_out`` [B, T, D] (attention, SSM mixer or LSTM / GRU
+layer output; :mod:`dlmlab.models.protocol`) the same way, on every model family:
+
+    means = mixer_means(model, ref_tokens)                 # {layer: [T, D]}
+    with ablate_mixers(model, [1], "mean", means):
+        acc = metric(model)
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 
 from dlmlab.analysis.heads import model_device, row_chunks
-from dlmlab.analysis.requires import require_attention
+from dlmlab.analysis.requires import LayerOutOfRange, require_attention, require_residual
 from dlmlab.models.precision import upcast
 
 ABLATIONS = ("zero", "mean")
@@ -37,16 +45,67 @@ def head_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: in
     Returns {layer: [T, H, d_head]} (per position) or {layer: [H, d_head]}.
     """
     require_attention(model, "head_means", points=("z",))
+    return _point_means(model, tokens, "blocks.*.attn.z", per_position, chunk, forward_kwargs)
+
+
+def _point_means(model, tokens: torch.Tensor, glob: str, per_position: bool, chunk: int,
+                 forward_kwargs: dict) -> dict[int, torch.Tensor]:
+    """{layer: mean activation at the points ``glob`` matches ([T, ...] per position, else [...])}, CPU."""
     sums: dict[int, torch.Tensor] = {}
     dev = model_device(model)
     for sl in row_chunks(tokens.shape[0], chunk):
-        with model.cache("blocks.*.attn.z") as c:
+        with model.cache(glob) as c:
             model(tokens[sl].to(dev), **forward_kwargs)
         for name, z in c.items():
             layer = int(name.split(".")[1])
             sums[layer] = sums.get(layer, 0.0) + upcast(z).sum(0).cpu()  # float64 models keep float64
     B = tokens.shape[0]
     return {layer: (s / B if per_position else s.mean(0) / B) for layer, s in sums.items()}
+
+
+@torch.no_grad()
+def mixer_means(model, tokens: torch.Tensor, per_position: bool = True, chunk: int = 64,
+                **forward_kwargs) -> dict[int, torch.Tensor]:
+    """Mean ``blocks.{i}.mixer_out`` over the batch (and positions unless ``per_position``), on the CPU.
+
+    Any model family.  Returns {layer: [T, D]} (per position) or {layer: [D]}.
+    """
+    require_residual(model, "mixer_means")
+    return _point_means(model, tokens, "blocks.*.mixer_out", per_position, chunk, forward_kwargs)
+
+
+@contextlib.contextmanager
+def ablate_mixers(model, layers: Iterable[int], kind: str = "zero",
+                  means: dict[int, torch.Tensor] | None = None) -> Iterator[None]:
+    """Within the block, the token mixer of each listed layer is zero- or mean-ablated: its
+    ``mixer_out`` [B, T, D] is replaced by zeros or by ``means[layer]`` ([T, D] or [D],
+    :func:`mixer_means`).  Any model family."""
+    require_residual(model, "ablate_mixers")
+    if kind not in ABLATIONS:
+        raise ValueError(f"ablation kind must be one of {ABLATIONS}, got {kind!r}")
+    if kind == "mean" and means is None:
+        raise ValueError("mean ablation needs means=mixer_means(model, reference_tokens)")
+    L = _n_layers(model)
+    layers = sorted(set(int(i) for i in layers))
+    for layer in layers:
+        if not 0 <= layer < L:
+            raise LayerOutOfRange(f"layer {layer} out of range for a model with {L} layers")
+
+    def make(layer: int) -> Callable:
+        def fn(x: torch.Tensor, hp) -> torch.Tensor:
+            if kind == "zero":
+                return torch.zeros_like(x)
+            m = means[layer].to(device=x.device, dtype=x.dtype)
+            if m.dim() == 2:  # per position [T, D]
+                if m.shape[0] < x.shape[1]:
+                    raise ValueError(f"per-position means cover {m.shape[0]} positions, input has {x.shape[1]}")
+                m = m[: x.shape[1]]
+            return m.expand_as(x).clone()
+
+        return fn
+
+    with model.hooks({f"blocks.{layer}.mixer_out": make(layer) for layer in layers}):
+        yield
 
 
 @contextlib.contextmanager
