@@ -74,7 +74,13 @@ def model_from_dict(data: dict, where: str = "model"):
         cell = data.setdefault("cell", family)
         if cell != family:
             raise ConfigError(f"{where}.cell {cell!r} contradicts {where}.family {family!r}; give only {where}.family")
-    return from_dict(_run_model_class(family), data, where)
+    try:
+        return from_dict(_run_model_class(family), data, where)
+    except ConfigError as e:  # an unknown field: say that family is allowed too
+        msg = str(e)
+        if not msg.startswith("unknown field") or "(allowed: " not in msg:
+            raise
+        raise ConfigError(msg.replace("(allowed: ", f"(allowed for family {family}: family, ", 1)) from None
 
 
 def model_to_dict(model_cfg) -> dict:
