@@ -180,7 +180,8 @@ def test_apply_ln_to_stack_reproduces_the_norm_and_logits(norm, tokens):
     with torch.no_grad():
         ln1 = model.blocks[1].ln1(cache["blocks.1.resid_pre"])
     bias1 = model.blocks[1].ln1.bias if norm == "layernorm" else 0
-    assert torch.allclose(cache.apply_ln_to_stack(cache.decompose_resid(layer=1), layer=1).sum(0) + bias1, ln1, atol=ATOL)
+    at_1 = cache.apply_ln_to_stack(cache.decompose_resid(layer=1), layer=1)
+    assert torch.allclose(at_1.sum(0) + bias1, ln1, atol=ATOL)
     # folded (TransformerLens's setting): parts @ W_U (+ b_U) sum to the logits; heads + the rest too
     folded = fold_ln(model)
     with torch.no_grad():
@@ -188,7 +189,8 @@ def test_apply_ln_to_stack_reproduces_the_norm_and_logits(norm, tokens):
         full = fc.apply_ln_to_stack(fc.decompose_resid())
         assert torch.allclose(folded.unembed(full.sum(0)), logits, atol=1e-4)
         heads = fc.stack_head_results(apply_ln=True)
-        rest = fc.decompose_resid(apply_ln=True).sum(0) - sum(fc.apply_ln_to_stack(fc.decompose_resid(mode="mixer", incl_embeds=False)))
+        mixers = fc.apply_ln_to_stack(fc.decompose_resid(mode="mixer", incl_embeds=False))
+        rest = fc.decompose_resid(apply_ln=True).sum(0) - mixers.sum(0)
         b_O = sum(fc.apply_ln_to_stack(folded.blocks[i].attn.W_o.bias.expand(1, 3, 12, 32)) for i in range(2))[0]
         assert torch.allclose(folded.unembed(heads.sum(0) + b_O + rest), logits, atol=1e-4)
     with pytest.raises(UserError, match="wants a stack"):

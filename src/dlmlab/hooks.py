@@ -23,7 +23,8 @@ are only built when hooked (the per-head attention output ``blocks.{i}.attn.head
 glob / predicate that matches them takes them.  *Deferred* points (the attention pattern
 ``blocks.{i}.attn.pattern``, which needs the slower explicit attention path; see
 :attr:`HookedModule.deferred_points`) are, in ``run_with_cache(names=None)``, left out of the
-forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`).  Every name or glob must match at least one hook point,
+forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`).
+Every name or glob must match at least one hook point,
 else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
 closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
 activation's device and dtype.  Hooks are always removed on exit, also on error.
@@ -53,7 +54,7 @@ class HookPoint(nn.Module):
         super().__init__()
         self.name: str = ""
         self.opt_in = opt_in  # True: costly to build, left out of ``names=None`` (cache / run_with_cache)
-        self.deferred = False  # True: run_with_cache(names=None) computes it on first read (HookedModule.deferred_points)
+        self.deferred = False  # True: run_with_cache(names=None) computes it on first read (see deferred_points)
         self._fns: list[HookFn] = []
 
     @property

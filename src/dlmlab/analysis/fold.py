@@ -122,7 +122,8 @@ def _norm_sites(model) -> Iterator[tuple[nn.Module, str, list[tuple[nn.Module, s
         if getattr(block, "mlp", None) is not None and hasattr(block, "ln2"):
             yield block, "ln2", [(block.mlp, n) for n in ("fc_in", "fc_gate") if hasattr(block.mlp, n)]
         mixer = getattr(block, "mixer", None)
-        if isinstance(getattr(block, "norm", None), nn.Module) and isinstance(getattr(mixer, "in_proj", None), nn.Linear):
+        if isinstance(getattr(block, "norm", None), nn.Module) and isinstance(getattr(mixer, "in_proj", None),
+                                                                               nn.Linear):
             yield block, "norm", [(mixer, "in_proj")]
     yield model, "ln_final", [(model, "unembed")]
 
