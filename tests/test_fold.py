@@ -143,3 +143,24 @@ def test_norm_scales_need_a_model_with_norms():
         fold.norm_scales(NoNorms(), toks())
     with pytest.raises(UserError, match="ln_final"):
         fold.fold_ln(NoNorms())
+
+
+def test_fold_ln_of_a_loaded_gpt2_matches_hugging_face(tmp_path):
+    """Peer: a tiny random Hugging Face GPT-2 (float64); the folded toolkit copy gives its logits."""
+    transformers = pytest.importorskip("transformers")
+    from dlmlab.models.hf_gpt2 import load_gpt2
+
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=64, bos_token_id=None, eos_token_id=None)).double().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    hf.save_pretrained(tmp_path)
+    folded = fold.fold_ln(load_gpt2(tmp_path, dtype=torch.float64))
+    x = torch.randint(0, 50, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = hf(x).logits
+        logits, cache = folded.run_with_cache(x)
+    assert (logits - want).abs().max() < 1e-10
+    assert (cache.logit_lens().logits[-1] - want).abs().max() < 1e-10
