@@ -9,7 +9,8 @@ Block i (pre-norm residual)::
            y = selective_scan(u, dt, A=-exp(A_log), B, C) + D * u
            out = out_proj(y * silu(z))
 
-Hook points: ``embed`` [B,T,D]; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
+Hook points (:mod:`dlmlab.models.protocol`, family "mamba"): ``embed`` [B,T,D]; ``blocks.{i}.resid_pre`` /
+``resid_post`` [B,T,D] (``resid_post = resid_pre + mixer_out``);
 ``blocks.{i}.mixer.conv_out`` [B,T,Di] (u, the SSM input after conv + silu);
 ``blocks.{i}.mixer.dt`` [B,T,Di]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl.
 the D skip, before the gate);

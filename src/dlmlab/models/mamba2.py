@@ -10,7 +10,8 @@ Block i (pre-norm residual)::
            y = ssd_scan(x as [B,T,H,P], dt, A=-exp(A_log), B, C as [B,T,G,N]) + D[h] * x
            out = out_proj(RMSNorm_gated(y, z))       # rmsnorm(y * silu(z)) * weight, per group of Di/G
 
-Hook points: ``embed``; ``blocks.{i}.resid_pre`` / ``resid_post`` [B,T,D];
+Hook points (:mod:`dlmlab.models.protocol`, family "mamba2"): ``embed``; ``blocks.{i}.resid_pre`` /
+``resid_post`` [B,T,D] (``resid_post = resid_pre + mixer_out``);
 ``blocks.{i}.mixer.conv_out`` [B,T,Di+2GN] (x, B, C after conv + silu);
 ``blocks.{i}.mixer.dt`` [B,T,H]; ``blocks.{i}.mixer.ssm_out`` [B,T,Di] (y incl. D
 skip, before the gated norm);
