@@ -312,7 +312,7 @@ class _DeferredForward:
 
     def _fingerprint(self) -> tuple:
         m = self.model
-        return (m.training,) + tuple((t.data_ptr(), t._version) for t in (*m.parameters(), *m.buffers()))
+        return (m.training,) + tuple((t.data_ptr(), _version(t)) for t in (*m.parameters(), *m.buffers()))
 
     def __call__(self) -> dict[str, torch.Tensor]:
         m = self.model
@@ -328,6 +328,14 @@ class _DeferredForward:
         with torch.no_grad(), m.cache(self.names) as store:
             m(self.tokens, **self.forward_kwargs)
         return store
+
+
+def _version(t: torch.Tensor) -> int:
+    """The tensor's in-place modification counter (-1 for inference-mode tensors, which keep none)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
 
 
 def _meta(forward_kwargs: Mapping) -> dict:
