@@ -40,7 +40,8 @@ class StackedLM(HookedModule):
         return self.cfg.family
 
     def check_tokens(self, tokens: torch.Tensor) -> None:
-        """Raise :class:`ModelInputError` (a ValueError) naming the problem if ``tokens`` cannot be fed to this model."""
+        """Raise :class:`ModelInputError` (a ValueError) naming the problem if ``tokens`` cannot be fed
+        to this model."""
         check_tokens(tokens, self.cfg.vocab_size)
 
     def forward(
