@@ -2,6 +2,7 @@
 parameter names, mask id in config.json), Dream (Qwen2 layout, shifted logits), Llama and Qwen2 (AR baselines),
 each with a tokenizer trained on the relation texts.  Nothing is downloaded, no remote code runs."""
 
+import functools
 import json
 
 import pytest
@@ -21,8 +22,9 @@ from dlmlab.training import TrainConfig  # noqa: E402
 from dlmlab.training.lora import LoraSettings  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
+@functools.lru_cache(maxsize=1)
+def _tokenizer():
+    """A BPE trained on the relation texts with [PAD], [EOS], [BOS], [MASK] as a transformers tokenizer."""
     from transformers import PreTrainedTokenizerFast
 
     texts = load_person_description("p2d_prompts_train").texts()[:90]
@@ -30,6 +32,11 @@ def tokenizer():
     bpe.tok.add_special_tokens(["[PAD]", "[EOS]", "[BOS]", "[MASK]"])
     return PreTrainedTokenizerFast(tokenizer_object=bpe.tok, pad_token="[PAD]", eos_token="[EOS]", bos_token="[BOS]",
                                    mask_token="[MASK]")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return _tokenizer()
 
 
 def _hf(kind: str, vocab: int):

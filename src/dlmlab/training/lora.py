@@ -54,12 +54,12 @@ def add_lora(model: nn.Module, cfg: LoraSettings) -> nn.Module:
     Adapters are float32 whatever the base dtype (peft casts the adapter input and output)."""
     from peft import LoraConfig, inject_adapter_in_model
 
+    if any(is_adapter(n) for n, _ in model.named_parameters()):
+        raise UserError("the model already has LoRA adapters")
     present = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
     targets = [t for t in cfg.targets if t in present]
     if not targets:
         raise UserError(f"lora.targets {cfg.targets} name no nn.Linear layer of this model")
-    if any(is_adapter(n) for n, _ in model.named_parameters()):
-        raise UserError("the model already has LoRA adapters")
     pc = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets, bias="none")
     model = inject_adapter_in_model(pc, model)
     for name, p in model.named_parameters():

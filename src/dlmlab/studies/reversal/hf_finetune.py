@@ -272,6 +272,7 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
     if bos is None and info.shift_logits:
         bos = pad  # a shifted model needs a position in front of the first token
     model.cfg = dataclasses.replace(model.cfg, attn_mask="bidirectional" if objective == "mdm" else "causal")
+    torch.manual_seed(cfg.seed)  # the adapters' random A matrices: the same on every rank and every run
     if cfg.lora is not None:
         add_lora(model, cfg.lora)
     model = model.to(dev)
@@ -281,7 +282,6 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
     docs = signature_docs(cfg, _Encoder(tok), pad)
     shard(model, ctx)
     lm = AlignedLM(model, bos, info.shift_logits)
-    torch.manual_seed(cfg.seed)
 
     B = cfg.train.batch_size
 
