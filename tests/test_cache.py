@@ -289,3 +289,17 @@ def test_run_with_cache_on_a_wrapped_hugging_face_model():
         cache.stack_head_results()
     _, g = model.run_with_cache(x, "blocks.*.resid_pre", loss_fn=lambda l: l[:, -1].logsumexp(-1).sum())
     assert g.grads["blocks.1.resid_pre"].shape == (2, 10, 32)
+
+
+def test_logit_attrs_sum_to_the_logit(tokens):
+    folded = fold_ln(tiny_transformer())
+    with torch.no_grad():
+        logits, cache = folded.run_with_cache(tokens)
+    target, other = tokens.roll(-1, 1), torch.zeros_like(tokens)
+    attrs = cache.logit_attrs(cache.decompose_resid(), target)
+    assert attrs.shape == (6, 3, 12)
+    b_U = folded.unembed.bias if folded.unembed.bias is not None else torch.zeros(23)
+    want = logits.gather(-1, target[..., None])[..., 0]
+    assert torch.allclose(attrs.sum(0) + b_U[target], want, atol=1e-4)
+    diff = cache.logit_attrs(cache.decompose_resid(), target, other).sum(0) + b_U[target] - b_U[other]
+    assert torch.allclose(diff, want - logits[..., 0], atol=1e-4)

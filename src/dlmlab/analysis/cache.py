@@ -15,6 +15,7 @@ Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`d
   demand from the cached ``z`` and W_O (attention models; nothing per-head needs caching);
 * :meth:`ActivationCache.apply_ln_to_stack`: a stack of parts of the stream seen through a norm,
   with the scale of the cached full stream there (TransformerLens's convention);
+* :meth:`ActivationCache.logit_attrs`: direct logit attribution of each part of such a stack;
 * :meth:`ActivationCache.logit_lens`: the stream after each block through the final norm and unembedding.
 
 A helper that needs a point the model lacks (attention heads on a Mamba, a residual stream on a
@@ -322,6 +323,21 @@ class ActivationCache(Mapping):
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, upto)
         return (stack, labels) if return_labels else stack
+
+    @torch.no_grad()
+    def logit_attrs(self, stack: torch.Tensor, tokens: torch.Tensor, incorrect_tokens: torch.Tensor | None = None,
+                    layer: int | None = None) -> torch.Tensor:
+        """Direct logit attribution [C, B, T]: each part of ``stack`` [C, B, T, D], through the final norm
+        (:meth:`apply_ln_to_stack`), dotted with the unembedding row of ``tokens`` [B, T] (minus that of
+        ``incorrect_tokens``: a logit difference).  The parts' attributions plus the unembedding bias
+        (and, unfolded, the norm bias's image) sum to the logit."""
+        unembed = self._need("unembed", "logit_attrs")
+        normed = self.apply_ln_to_stack(stack, layer)
+        W_U = unembed.weight.detach()  # [V, D]
+        direction = W_U[tokens.to(W_U.device)]
+        if incorrect_tokens is not None:
+            direction = direction - W_U[incorrect_tokens.to(W_U.device)]
+        return (normed * direction.to(normed.dtype)).sum(-1)
 
     # -- logit lens --------------------------------------------------------------------------------
     @torch.no_grad()
