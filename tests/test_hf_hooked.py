@@ -138,3 +138,24 @@ def test_missing_folder_is_a_user_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(UserError, match="cannot load"):
         load_hf_hooked(tmp_path)
+
+
+def test_fused_mamba_equals_hf_path_in_float64(tmp_path):
+    """The fused-scan Mamba mixer gives HF's own result (outputs and gradients); HF's path stays available."""
+    _save("mamba", tmp_path)
+    fast = load_hf_hooked(tmp_path, dtype=torch.float64)
+    slow = load_hf_hooked(tmp_path, dtype=torch.float64, fused_mamba=False)
+    x = _tokens(T=23)
+    outs = []
+    for m in (fast, slow):
+        with m.cache(["blocks.*.mixer_out"]) as c:
+            y = m(x)
+        y.square().mean().backward()
+        outs.append((y.detach(), c, {n: p.grad for n, p in m.named_parameters()}))
+    (y1, c1, g1), (y2, c2, g2) = outs
+    torch.testing.assert_close(y1, y2)  # float64 tolerances
+    for n in c1:
+        torch.testing.assert_close(c1[n], c2[n])
+    for n in g1:
+        torch.testing.assert_close(g1[n], g2[n], msg=n)
+    assert type(fast.base.layers[0].mixer).forward is not fast.base.layers[0].mixer.forward.__func__

@@ -30,7 +30,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import contextlib
+import types
+from typing import Iterator
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dlmlab.errors import UserError
@@ -70,6 +75,27 @@ def _mixer(layer: nn.Module) -> nn.Module | None:
     return None
 
 
+def _fused_mamba_forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+    """``MambaMixer.forward`` of a whole sequence without cache or padding mask, with the toolkit's fused
+    selective scan (:func:`dlmlab.models.fused_scan.fused_selective_scan`): the same math as HF's own
+    path (which materialises [B, Di, T, N]); anything else takes HF's own path."""
+    if cache is not None or attention_mask is not None or kwargs:
+        return type(self).forward(self, hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+    from dlmlab.models.fused_scan import fused_selective_scan
+
+    T, dtype = hidden_states.shape[1], hidden_states.dtype
+    x, gate = self.in_proj(hidden_states).chunk(2, dim=-1)  # [B,T,Di] each
+    w = self.conv1d.weight  # [Di, 1, K]
+    x = F.conv1d(x.transpose(1, 2).to(w.dtype), w, self.conv1d.bias, padding=w.shape[-1] - 1, groups=w.shape[0])
+    x = self.act(x[..., :T]).transpose(1, 2).to(dtype)  # [B,T,Di]
+    dt, B, C = torch.split(self.x_proj(x), [self.time_step_rank, self.ssm_state_size, self.ssm_state_size], dim=-1)
+    dt = F.linear(dt, self.dt_proj.weight, self.dt_proj.bias)  # [B,T,Di], before softplus
+    f = torch.float64 if dtype == torch.float64 else torch.float32
+    A = -torch.exp(self.A_log.to(f))
+    y = fused_selective_scan(x.to(f), dt.to(f), A.to(f), B.to(f), C.to(f), self.D.to(f), gate.to(f), dt_softplus=True)
+    return self.out_proj(y.to(dtype))
+
+
 def _output_hook(hp: HookPoint):
     """Forward hook routing a module's output (a tensor, or a tuple led by one) through ``hp``."""
 
@@ -101,9 +127,13 @@ class HFHooked(HookedModule):
     is used).  ``n_out > 0``: new tagging head ``nn.Linear(hidden, n_out)``; ``n_out = 0``: the
     causal LM's own output embedding (tied weights stay tied).  The full HF model stays
     available as :attr:`hf_model` (e.g. for ``save_pretrained``).
+
+    ``fused_mamba``: the Mamba mixers (``MambaMixer``) run full sequences with the toolkit's fused
+    CPU selective scan instead of HF's reference PyTorch path (same result to float rounding,
+    ~10x faster; the mixers of the wrapped HF model itself are switched, per instance).
     """
 
-    def __init__(self, model: nn.Module, n_out: int = 0) -> None:
+    def __init__(self, model: nn.Module, n_out: int = 0, fused_mamba: bool = True) -> None:
         super().__init__()
         if n_out < 0:
             raise ValueError(f"n_out must be >= 0 (0 = the checkpoint's LM head), got {n_out}")
@@ -130,6 +160,8 @@ class HFHooked(HookedModule):
                 del taps.mixer_out
             else:
                 self._handles.append(mixer.register_forward_hook(_output_hook(taps.mixer_out)))
+            if fused_mamba and type(mixer).__name__ == "MambaMixer":
+                mixer.forward = types.MethodType(_fused_mamba_forward, mixer)
             if hasattr(taps, "mlp_out"):
                 self._handles.append(layer.mlp.register_forward_hook(_output_hook(taps.mlp_out)))
         self.setup_hooks()
@@ -152,7 +184,25 @@ class HFHooked(HookedModule):
         return self.logits(self.head(self.final(h)))
 
 
-def load_hf_hooked(path: str | Path, n_out: int = 0, dtype: torch.dtype = torch.float32) -> HFHooked:
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Within the block, transformers prints errors only and draws no progress bars (load / save
+    reports, notes about optional kernels); its settings are restored after."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_hf_hooked(path: str | Path, n_out: int = 0, dtype: torch.dtype = torch.float32,
+                   fused_mamba: bool = True) -> HFHooked:
     """Load a Hugging Face model from the LOCAL folder ``path`` and wrap it.
 
     ``n_out = 0``: ``AutoModelForCausalLM`` (logits over the vocabulary); ``n_out > 0``:
@@ -168,8 +218,9 @@ def load_hf_hooked(path: str | Path, n_out: int = 0, dtype: torch.dtype = torch.
         raise CheckpointNotFound(f"no Hugging Face checkpoint at {path}: expected a save_pretrained folder with config.json")
     cls = AutoModelForCausalLM if n_out == 0 else AutoModel
     try:
-        model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, dtype=dtype)
+        with quiet_transformers():
+            model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, dtype=dtype)
     except (OSError, ValueError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load the Hugging Face checkpoint at {path}: {first}") from e
-    return HFHooked(model.eval(), n_out)
+    return HFHooked(model.eval(), n_out, fused_mamba)

@@ -28,23 +28,136 @@ def load_local(path: str | Path, n_out: int, dtype: torch.dtype = torch.float32)
     return load_hf_hooked(path, n_out, dtype)
 
 
-def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -> dict:
-    """Fine-tune the checkpoint at ``path`` on ``task_name`` (``p.pretrained_steps`` steps), then analyse."""
-    from dlmlab.models.factory import count_params
+def _skip_block(model, i: int):
+    """Hooks under which block ``i`` is skipped: its output is its input (``resid_post := resid_pre``)."""
+    held: dict = {}
+
+    def keep(x, hp):
+        held["x"] = x
+
+    return model.hooks({f"blocks.{i}.resid_pre": keep, f"blocks.{i}.resid_post": lambda x, hp: held["x"].to(x.dtype)})
+
+
+@torch.no_grad()
+def block_ablations(model, by_len: dict) -> dict:
+    """Whole-layer ablations, per block and evaluation length.
+
+    ``skip``: block ``i`` replaced by the identity; ``mixer_mean``: block ``i``'s ``mixer_out``
+    (attention / SSM output) replaced by its mean over that evaluation set's sequences and
+    positions (it keeps the average contribution and removes what depends on the tokens).
+    Returns {"base": {L: acc}, "skip": {L: [drop per block]}, "mixer_mean": {L: [...]}}
+    (drop = base accuracy - ablated accuracy; ``mixer_mean`` only where blocks expose ``mixer_out``).
+    """
     from dlmlab.analysis.direction_ablation import tagging_accuracy
+    from dlmlab.analysis.layer_probes import collect_states
+
+    n = len(model.blocks)
+    mixers = [f"blocks.{i}.mixer_out" for i in range(n) if f"blocks.{i}.mixer_out" in model.hook_points]
+    out: dict = {"base": {}, "skip": {}}
+    if len(mixers) == n:
+        out["mixer_mean"] = {}
+    for L, (x, y) in by_len.items():
+        base = tagging_accuracy(model, x, y)
+        out["base"][L] = base
+        drops = []
+        for i in range(n):
+            with _skip_block(model, i):
+                drops.append(base - tagging_accuracy(model, x, y))
+        out["skip"][L] = drops
+        if "mixer_mean" in out:
+            means = {h: a.mean((0, 1)) for h, a in collect_states(model, x, mixers).items()}
+            out["mixer_mean"][L] = [base - tagging_accuracy(model, x, y, {h: (lambda a, m=m: m.to(a.dtype).expand_as(a))})
+                                    for h, m in means.items()]
+    return out
+
+
+def layer_ablation_control(model, data, probes: list[dict], ranks: list[int], p) -> list[float]:
+    """Per layer: accuracy drop at the training length from projecting out a random subspace of the
+    rank of that layer's probe subspace (the control of ``layer_ablation_drop``)."""
+    from dlmlab.analysis.direction_ablation import project_out, random_basis, tagging_accuracy
+
+    x0, y0 = data.by_len[p.train_len]
+    base = tagging_accuracy(model, x0, y0)
+    D = model.base.config.hidden_size
+    return [base - tagging_accuracy(model, x0, y0, {pr["name"]: project_out(random_basis(D, k, p.seed + 17 + j))})
+            for j, (pr, k) in enumerate(zip(probes, ranks))]
+
+
+@torch.no_grad()
+def last_layer_patching(model, patch, p) -> dict | None:
+    """Activation patching (clean -> corrupted) into the last block, at every position.
+
+    Hooks: the last block's input ``resid_pre`` and its mixer output ``mixer_out`` (what the last
+    layer reads from, and writes across, positions); the answer is read at the last position.
+    Returns {"hooks", "positions", "recovered" [hook][position], "at_last_pos" [hook],
+    "clean_gap", "corrupt_gap", "corrupt_pos"} or ``None`` without patching data.
+    """
+    from dlmlab.analysis.patching import patch_positions
+
+    if patch is None or len(patch[0]) < 2:
+        return None
+    clean, corrupted, a, b, c = patch
+    last = len(model.blocks) - 1
+    hooks = [h for h in (f"blocks.{last}.resid_pre", f"blocks.{last}.mixer_out") if h in model.hook_points]
+    res = patch_positions(model, clean, corrupted, a, b, hooks, positions=None, target_pos=-1)
+    return {"hooks": hooks, "positions": res.positions, "recovered": res.recovered.tolist(),
+            "at_last_pos": res.recovered[:, -1].tolist(), "at_corrupt_pos": res.recovered[:, c].tolist(),
+            "clean_gap": res.clean_gap, "corrupt_gap": res.corrupt_gap, "corrupt_pos": c}
+
+
+def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -> dict:
+    """Fine-tune the checkpoint at ``path`` on ``task_name`` (``p.pretrained_steps`` steps), then analyse.
+
+    The same analyses as a toy cell (:func:`~dlmlab.studies.state.cells.analyse_model`: probes per
+    layer, probe-direction / subspace ablations with random and PCA controls at every length,
+    per-layer probe-subspace ablation, patching over all layers at a few positions) plus
+    ``layer_ablation_control_drop`` (random subspaces of the same ranks), ``block_ablation``
+    (:func:`block_ablations`) and ``last_layer_patching`` (:func:`last_layer_patching`; patching
+    data is built for the task even when it is not among ``p.patch_tasks``).
+    """
+    import dataclasses
+    import time
+
+    import numpy as np
+
+    from dlmlab.analysis.direction_ablation import probe_basis, tagging_accuracy  # noqa: F401
+    from dlmlab.models.factory import count_params
     from dlmlab.studies.state.cells import analyse_model, eval_data, make_task, train_on_task
+    from dlmlab.studies.state.pretrain_small import pretrain_record
 
     task = make_task(task_name, p)
     torch.manual_seed(p.seed)
     model = load_local(path, task.n_classes)
     if task.vocab_size > model.vocab_size:
         raise ValueError(f"task {task_name} needs {task.vocab_size} token ids; checkpoint {path} has {model.vocab_size}")
-    data = eval_data(task, p)
-    train_on_task(model, task, p, progress, desc=f"{Path(path).name}/{task_name}", steps=p.pretrained_steps)
-    res = {"path": str(path), "task": task_name, "params": count_params(model),
+    patch_tasks = list(p.patch_tasks) + ([task_name] if task_name not in p.patch_tasks else [])
+    data = eval_data(task, dataclasses.replace(p, patch_tasks=patch_tasks))
+    t0 = time.process_time()
+    hist = train_on_task(model, task, p, progress, desc=f"{Path(path).name}/{task_name}", steps=p.pretrained_steps)
+    res = {"path": str(path), "task": task_name, "arch": model.base.config.model_type, "params": count_params(model),
+           "steps": p.pretrained_steps, "final_train_loss": hist[-1]["loss"] if hist else None,
+           "finetune_cpu_s": time.process_time() - t0,
            "acc_by_len": {L: tagging_accuracy(model, x, y) for L, (x, y) in data.by_len.items()}}
-    res.update(analyse_model(model, data, p))
+    record = pretrain_record(path)
+    if record is not None:
+        res["pretrain"] = {k: v for k, v in record.items() if k != "config"}
+    t1 = time.process_time()
+    cell = analyse_model(model, data if task_name in p.patch_tasks else dataclasses.replace(data, patch=None), p)
+    res.update(cell)
     res["probe_accuracy"] = [pr["accuracy"] for pr in res["probes"]]
     drops = [v["drop"] for v in res["ablation"]["probe_dir"].values()]
     res["probe_dir_drop"] = sum(drops) / len(drops)
+    if "layer_ablation_control_drop" not in res:
+        ranks = []
+        states_names = [pr["name"] for pr in res["probes"]]
+        # the probe subspaces' ranks, as analyse_model projected them out (refit-free: from the drops' probes)
+        from dlmlab.analysis.layer_probes import probe_layers
+
+        lps = probe_layers(model, *data.probe, states_names, max_samples=p.probe_samples, seed=p.seed,
+                           max_iter=p.probe_max_iter)
+        ranks = [int(np.linalg.matrix_rank(probe_basis(lp.probe))) for lp in lps]
+        res["layer_ablation_control_drop"] = layer_ablation_control(model, data, res["probes"], ranks, p)
+    res["block_ablation"] = block_ablations(model, data.by_len)
+    res["last_layer_patching"] = last_layer_patching(model, data.patch, p)
+    res["analysis_cpu_s"] = time.process_time() - t1
     return res
