@@ -193,3 +193,28 @@ def test_cli_with_yaml_and_lora(tmp_path, tokenizer):
     assert rc == 0 and res["lora"] and res["config"]["lora"]["r"] == 2 and res["config"]["train"]["steps"] == 1
     (tmp_path / "bad.yaml").write_text(f"model_path: {ck}\nn_fact: 3\n")
     assert main(["--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o2")]) == 2
+
+
+def test_tokenizer_with_remote_class_loads_without_running_it(tmp_path, tokenizer):
+    from dlmlab.studies.reversal.hf_finetune import load_tokenizer
+
+    tokenizer.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    cfg.update(tokenizer_class="DreamTokenizer", auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+               bos_token={"content": "[BOS]", "special": True})
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (tmp_path / "tokenization_dream.py").write_text(f"open({str(tmp_path / 'EXECUTED')!r}, 'w')\n")
+    tok = load_tokenizer(tmp_path)
+    assert not (tmp_path / "EXECUTED").exists()
+    assert (tok.bos_token_id, tok.pad_token_id, tok.mask_token_id) == (
+        tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id)
+
+
+def test_shipped_gpu_config_loads():
+    from pathlib import Path
+
+    from dlmlab.config import load_yaml
+
+    for path in sorted((Path(__file__).parents[1] / "configs" / "reversal_finetune").glob("*.yaml")):
+        cfg = load_yaml(HFFinetuneConfig, path)
+        assert cfg.lora is not None and cfg.dtype == "bfloat16", path

@@ -50,6 +50,7 @@ from torch import nn
 from dlmlab import outdir
 from dlmlab.config import Config, ConfigError, load_yaml, require
 from dlmlab.errors import UserError
+from dlmlab.models.precision import upcast
 from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.objectives import mdlm_loss
 from dlmlab.objectives.schedule import sample_t
@@ -109,7 +110,8 @@ class LoadedInfo:
 
 
 class AlignedLM(nn.Module):
-    """tokens [B,T] -> logits [B,T,V] aligned like a toolkit model, around the loaded ``inner`` Transformer.
+    """tokens [B,T] -> logits [B,T,V] (float32 or wider) aligned like a toolkit model, around the loaded ``inner``
+    Transformer.
 
     ``bos``: prepended to every sequence (``offset`` = 1); its logits are dropped.  ``shift`` (Dream): the
     inner model's logits at i predict token i+1, so with the BOS in front, position i of the input is scored
@@ -127,7 +129,7 @@ class AlignedLM(nn.Module):
         return torch.cat([torch.full_like(tokens[:, :1], self.bos), tokens], 1)
 
     def forward(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
-        logits = self.inner(self.inner_tokens(tokens), **kwargs)
+        logits = upcast(self.inner(self.inner_tokens(tokens), **kwargs))  # bf16 / fp16 -> fp32 for the losses
         if self.bos is None:
             return torch.cat([logits[:, :1], logits[:, :-1]], 1) if self.shift else logits
         return logits[:, :-1] if self.shift else logits[:, 1:]
@@ -173,17 +175,30 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
 
 
 def load_tokenizer(path: str | Path):
-    """The folder's tokenizer: ``AutoTokenizer`` (local files, no remote code), else its ``tokenizer.json``."""
+    """The folder's tokenizer: ``AutoTokenizer`` (local files, no remote code); when its class is remote code
+    (Dream's), the folder's ``tokenizer.json`` with the special tokens named in ``tokenizer_config.json``."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
 
+    path = Path(path)
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # config.json of LLaDA / Dream is not a transformers model type: say nothing
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except (ValueError, OSError, KeyError):
-        f = Path(path) / "tokenizer.json"
-        if f.exists():
-            return PreTrainedTokenizerFast(tokenizer_file=str(f))
-        raise UserError(f"{path}: no tokenizer that loads without remote code (need tokenizer.json or a "
-                        "standard tokenizer config)") from None
+        if not (path / "tokenizer.json").exists():
+            raise UserError(f"{path}: no tokenizer that loads without remote code (need tokenizer.json or a "
+                            "standard tokenizer config)") from None
+        specials = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            if (path / name).exists():
+                for k, v in json.loads((path / name).read_text()).items():
+                    v = v.get("content") if isinstance(v, dict) else v
+                    if k in ("bos_token", "eos_token", "pad_token", "mask_token", "unk_token") and isinstance(v, str):
+                        specials[k] = v
+        return PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), **specials)
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def ar_loss_rows(lm, x: torch.Tensor, pad: int):

@@ -160,12 +160,13 @@ def storage_gradient_cosines(lm: nn.Module, fwd: SpanDocs, rev: SpanDocs, object
     ctrl, nf, nr = dot.clone(), dot.clone(), dot.clone()
     for name in modules:
         (xf, of), (xr, orr) = gf[name], gr[name]
-        Gf = torch.einsum("nto,nti->noi", of, xf).double()  # per-fact weight gradient [N, out, in]
-        Gr = torch.einsum("nto,nti->noi", orr, xr).double()
-        dot += (Gf * Gr).sum((1, 2))
-        ctrl += (Gf * Gr.roll(1, 0)).sum((1, 2))
-        nf += Gf.pow(2).sum((1, 2))
-        nr += Gr.pow(2).sum((1, 2))
+        Gf = torch.einsum("nto,nti->noi", of, xf)  # per-fact weight gradient [N, out, in]
+        Gr = torch.einsum("nto,nti->noi", orr, xr)
+        dot += (Gf * Gr).sum((1, 2), dtype=torch.float64)
+        ctrl += (Gf * Gr.roll(1, 0)).sum((1, 2), dtype=torch.float64)
+        nf += Gf.pow(2).sum((1, 2), dtype=torch.float64)
+        nr += Gr.pow(2).sum((1, 2), dtype=torch.float64)
+        del Gf, Gr
     den = (nf * nr).sqrt()
     den_c = (nf * nr.roll(1, 0)).sqrt()
     cos = torch.where(den > 0, dot / den.clamp(min=1e-300), torch.zeros_like(den))
