@@ -14,8 +14,9 @@ earlier head (OV) and a later head::
     V: ||W_OV^1 W_OV^2||_F  / (...)
 
 in [0, 1]; pairs with layer1 >= layer2 are 0 (TransformerLens ``all_composition_scores``).
-LayerNorm scales are not part of these matrices: fold them first
-(:func:`dlmlab.analysis.fold.fold_layernorm`) to analyse the exact linear maps.  Needs an attention
+LayerNorm weights are not part of these matrices: fold them in first with
+:func:`dlmlab.analysis.fold.fold_ln` (exact: the normalisation stays, TransformerLens's ``fold_ln``), or
+:func:`dlmlab.analysis.fold.fold_ln_frozen_scale` (a linearisation that also freezes the scales).  Needs an attention
 model with per-head weights (``blocks.{i}.attn.head_weights()``); any other raises
 :class:`~dlmlab.analysis.requires.UnsupportedModel`.
 """

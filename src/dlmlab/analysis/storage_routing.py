@@ -28,11 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
+from dlmlab.analysis.fold import norm_scale, scale_like_norm
 from dlmlab.analysis.requires import require_layer, require_transformer
 from dlmlab.models.masks import build_mask
-from dlmlab.models.norm import RMSNorm
 from dlmlab.models.positions import apply_rope, rope_cos_sin
 from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries
@@ -74,32 +73,13 @@ def attention_scores(model, tokens: torch.Tensor, layer: int = 0, attn_mask: str
 def _final_linear(model, resid: torch.Tensor):
     """The final norm as a linear map frozen at the scale of ``resid`` [N, D]: fn(c [N, ..., D]) -> [N, ..., D]."""
     ln = model.ln_final
-    if isinstance(ln, nn.LayerNorm):
-        s = (resid.var(-1, unbiased=False) + ln.eps).sqrt()  # [N]
-        w = ln.weight if ln.weight is not None else torch.ones(resid.shape[-1], device=resid.device)
-
-        def f(c):
-            shape = (c.shape[0],) + (1,) * (c.dim() - 1)
-            return w * (c - c.mean(-1, keepdim=True)) / s.view(shape)
-        return f
-    if isinstance(ln, RMSNorm):
-        r = (resid.pow(2).mean(-1) + ln.eps).sqrt()
-
-        def f(c):
-            shape = (c.shape[0],) + (1,) * (c.dim() - 1)
-            return ln.weight * c / r.view(shape)
-        return f
-    return lambda c: c
+    s = norm_scale(ln, resid)  # [N]
+    return lambda c: scale_like_norm(ln, c, s.view((c.shape[0],) + (1,) * (c.dim() - 2)))
 
 
 def final_norm_scale(model, resid: torch.Tensor) -> torch.Tensor:
     """Per-row scale [N] the final norm divides by (1 for no norm)."""
-    ln = model.ln_final
-    if isinstance(ln, nn.LayerNorm):
-        return (resid.var(-1, unbiased=False) + ln.eps).sqrt()
-    if isinstance(ln, RMSNorm):
-        return (resid.pow(2).mean(-1) + ln.eps).sqrt()
-    return torch.ones(resid.shape[0], device=resid.device)
+    return norm_scale(model.ln_final, resid)
 
 
 @dataclass
@@ -180,13 +160,7 @@ def storage_matrix(model, sources: torch.Tensor, targets: torch.Tensor | None = 
     hw = blk.attn.head_weights()
     v = torch.einsum("sd,hde->hse", x, hw["W_V"]) + hw["b_V"][:, None]  # [H,S,dh]
     out = torch.einsum("hse,hem->hsm", v, hw["W_O"])  # [H,S,D]
-    ln = model.ln_final
-    if isinstance(ln, nn.LayerNorm):
-        out = out - out.mean(-1, keepdim=True)
-        if ln.weight is not None:
-            out = out * ln.weight
-    elif isinstance(ln, RMSNorm):
-        out = out * ln.weight
+    out = scale_like_norm(model.ln_final, out, out.new_ones(out.shape[:-1]))  # gain and centring, scale 1
     W_U = model.unembed.weight if targets is None else model.unembed.weight[targets.to(out.device)]  # [A,D]
     return torch.einsum("hsm,am->has", out, W_U)
 

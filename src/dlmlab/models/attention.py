@@ -41,7 +41,8 @@ class Attention(nn.Module):
         self.W_o = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
         self.scale = cfg.d_head**-0.5
         self.q, self.k, self.v = HookPoint(), HookPoint(), HookPoint()
-        self.pattern, self.z, self.head_out = HookPoint(), HookPoint(), HookPoint()
+        self.pattern, self.z = HookPoint(), HookPoint()
+        self.head_out = HookPoint(opt_in=True)  # [B,T,H,D]: costly, left out of names=None
 
     # Per-head weight views for circuit analysis -------------------------------------------
     def head_weights(self) -> dict[str, torch.Tensor]:

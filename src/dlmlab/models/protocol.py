@@ -97,6 +97,8 @@ class SequenceModel(Protocol):
 
     def hooks(self, fns: Mapping[str, Any]) -> Iterator[None]: ...
 
+    def run_with_cache(self, tokens: torch.Tensor, names: Any = None, **kw: Any) -> tuple[torch.Tensor, Any]: ...
+
 
 def family_of(model) -> str | None:
     """``model.family`` (or ``model.cfg.family``); None when the model states none."""

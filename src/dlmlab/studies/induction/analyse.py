@@ -100,7 +100,7 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
     # circuits on the folded (exactly linear) model, and the folding gap
     few = head_input[:64]  # the frozen scales and the logit gap need only a few sequences
     scales = fold.norm_scales(model, few)
-    folded = fold.fold_layernorm(model, scales).eval()
+    folded = fold.fold_ln_frozen_scale(model, scales).eval()  # a linearisation (scales frozen)
     r["fold"] = {**fold.fold_gap(model, folded, few), "accuracy": base,
                  "folded_accuracy": float(metric(folded))}
     r["fold"]["accuracy_gap"] = r["fold"]["accuracy"] - r["fold"]["folded_accuracy"]
