@@ -215,7 +215,8 @@ def load_hf_hooked(path: str | Path, n_out: int = 0, dtype: torch.dtype = torch.
 
     path = Path(path)
     if not (path / "config.json").is_file():
-        raise CheckpointNotFound(f"no Hugging Face checkpoint at {path}: expected a save_pretrained folder with config.json")
+        raise CheckpointNotFound(f"no Hugging Face checkpoint at {path}: "
+                                 "expected a save_pretrained folder with config.json")
     cls = AutoModelForCausalLM if n_out == 0 else AutoModel
     try:
         with quiet_transformers():

@@ -6,7 +6,8 @@ tagging head and exposes the toolkit hook points (``embed``, ``blocks.{i}.resid_
 resid_post``, ``final``, ``logits``), so the generic analyses apply unchanged.
 
 :func:`run_pretrained` loads a checkpoint from a LOCAL path (never a hub download),
-fine-tunes it on a task with the toolkit training loop, and analyses it.
+fine-tunes it on a task with the toolkit training loop, and analyses it.  The checkpoints are
+real ones (Pythia, Mamba) or the small ones :mod:`dlmlab.studies.state.pretrain_small` pretrains.
 Task token ids ``0..V-1`` are fed as the checkpoint's token ids ``0..V-1``.
 """
 
@@ -38,6 +39,11 @@ def _skip_block(model, i: int):
     return model.hooks({f"blocks.{i}.resid_pre": keep, f"blocks.{i}.resid_post": lambda x, hp: held["x"].to(x.dtype)})
 
 
+def _constant(value: torch.Tensor):
+    """fn(act [B,T,D]) -> ``value`` [D] at every batch row and position."""
+    return lambda a: value.to(a.dtype).expand_as(a)
+
+
 @torch.no_grad()
 def block_ablations(model, by_len: dict) -> dict:
     """Whole-layer ablations, per block and evaluation length.
@@ -66,25 +72,38 @@ def block_ablations(model, by_len: dict) -> dict:
         out["skip"][L] = drops
         if "mixer_mean" in out:
             means = {h: a.mean((0, 1)) for h, a in collect_states(model, x, mixers).items()}
-            out["mixer_mean"][L] = [base - tagging_accuracy(model, x, y, {h: (lambda a, m=m: m.to(a.dtype).expand_as(a))})
-                                    for h, m in means.items()]
+            out["mixer_mean"][L] = [base - tagging_accuracy(model, x, y, {h: _constant(m)}) for h, m in means.items()]
     return out
 
 
-def layer_ablation_control(model, data, probes: list[dict], ranks: list[int], p) -> list[float]:
-    """Per layer: accuracy drop at the training length from projecting out a random subspace of the
-    rank of that layer's probe subspace (the control of ``layer_ablation_drop``)."""
-    from dlmlab.analysis.direction_ablation import project_out, random_basis, tagging_accuracy
+def layer_ablation_control(model, data, p) -> list[float]:
+    """Per layer (embedding first): accuracy drop at the training length from projecting out a random
+    subspace of the rank of that layer's probe subspace: the control of ``layer_ablation_drop``.
 
+    The probes are fitted as :func:`~dlmlab.studies.state.cells.analyse_model` fits them (same data,
+    seed and settings, hence the same probes) to read their ranks.
+    """
+    import numpy as np
+
+    from dlmlab.analysis.direction_ablation import probe_basis, project_out, random_basis, tagging_accuracy
+    from dlmlab.analysis.layer_probes import probe_layers, residual_layers
+
+    names = residual_layers(model)
+    xs, ys = data.probe
+    probes = probe_layers(model, xs, ys, names, max_samples=p.probe_samples, seed=p.seed, max_iter=p.probe_max_iter)
     x0, y0 = data.by_len[p.train_len]
     base = tagging_accuracy(model, x0, y0)
-    D = model.base.config.hidden_size
-    return [base - tagging_accuracy(model, x0, y0, {pr["name"]: project_out(random_basis(D, k, p.seed + 17 + j))})
-            for j, (pr, k) in enumerate(zip(probes, ranks))]
+    drops = []
+    for j, lp in enumerate(probes):
+        basis = probe_basis(lp.probe)
+        k = int(np.linalg.matrix_rank(basis))
+        rnd = random_basis(basis.shape[-1], k, p.seed + 17 + j)
+        drops.append(base - tagging_accuracy(model, x0, y0, {lp.name: project_out(rnd)}))
+    return drops
 
 
 @torch.no_grad()
-def last_layer_patching(model, patch, p) -> dict | None:
+def last_layer_patching(model, patch) -> dict | None:
     """Activation patching (clean -> corrupted) into the last block, at every position.
 
     Hooks: the last block's input ``resid_pre`` and its mixer output ``mixer_out`` (what the last
@@ -110,17 +129,17 @@ def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -
 
     The same analyses as a toy cell (:func:`~dlmlab.studies.state.cells.analyse_model`: probes per
     layer, probe-direction / subspace ablations with random and PCA controls at every length,
-    per-layer probe-subspace ablation, patching over all layers at a few positions) plus
+    per-layer probe-subspace ablation, patching over all layers at a few positions; patching data is
+    built for the task even when it is not among ``p.patch_tasks``) plus
     ``layer_ablation_control_drop`` (random subspaces of the same ranks), ``block_ablation``
-    (:func:`block_ablations`) and ``last_layer_patching`` (:func:`last_layer_patching`; patching
-    data is built for the task even when it is not among ``p.patch_tasks``).
+    (:func:`block_ablations`), ``last_layer_patching`` (:func:`last_layer_patching`), ``arch``,
+    ``final_train_loss``, CPU seconds, and ``pretrain`` (the record of a small pretrained folder).
     """
     import dataclasses
     import time
 
-    import numpy as np
-
-    from dlmlab.analysis.direction_ablation import probe_basis, tagging_accuracy  # noqa: F401
+    from dlmlab.analysis.direction_ablation import tagging_accuracy
+    from dlmlab.config import ConfigError
     from dlmlab.models.factory import count_params
     from dlmlab.studies.state.cells import analyse_model, eval_data, make_task, train_on_task
     from dlmlab.studies.state.pretrain_small import pretrain_record
@@ -129,7 +148,8 @@ def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -
     torch.manual_seed(p.seed)
     model = load_local(path, task.n_classes)
     if task.vocab_size > model.vocab_size:
-        raise ValueError(f"task {task_name} needs {task.vocab_size} token ids; checkpoint {path} has {model.vocab_size}")
+        raise ConfigError(f"task {task_name} needs {task.vocab_size} token ids; "
+                          f"checkpoint {path} has {model.vocab_size}")
     patch_tasks = list(p.patch_tasks) + ([task_name] if task_name not in p.patch_tasks else [])
     data = eval_data(task, dataclasses.replace(p, patch_tasks=patch_tasks))
     t0 = time.process_time()
@@ -142,22 +162,13 @@ def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -
     if record is not None:
         res["pretrain"] = {k: v for k, v in record.items() if k != "config"}
     t1 = time.process_time()
-    cell = analyse_model(model, data if task_name in p.patch_tasks else dataclasses.replace(data, patch=None), p)
-    res.update(cell)
+    res.update(analyse_model(model, data, p))
     res["probe_accuracy"] = [pr["accuracy"] for pr in res["probes"]]
     drops = [v["drop"] for v in res["ablation"]["probe_dir"].values()]
     res["probe_dir_drop"] = sum(drops) / len(drops)
     if "layer_ablation_control_drop" not in res:
-        ranks = []
-        states_names = [pr["name"] for pr in res["probes"]]
-        # the probe subspaces' ranks, as analyse_model projected them out (refit-free: from the drops' probes)
-        from dlmlab.analysis.layer_probes import probe_layers
-
-        lps = probe_layers(model, *data.probe, states_names, max_samples=p.probe_samples, seed=p.seed,
-                           max_iter=p.probe_max_iter)
-        ranks = [int(np.linalg.matrix_rank(probe_basis(lp.probe))) for lp in lps]
-        res["layer_ablation_control_drop"] = layer_ablation_control(model, data, res["probes"], ranks, p)
+        res["layer_ablation_control_drop"] = layer_ablation_control(model, data, p)
     res["block_ablation"] = block_ablations(model, data.by_len)
-    res["last_layer_patching"] = last_layer_patching(model, data.patch, p)
+    res["last_layer_patching"] = last_layer_patching(model, data.patch)
     res["analysis_cpu_s"] = time.process_time() - t1
     return res
