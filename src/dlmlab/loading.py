@@ -15,6 +15,7 @@ Example::
     logits = run.model(tokens)                        # tokens [B, T] -> logits [B, T, V]
     if run.objective == "mdlm":
         tokens[:, -4:] = run.mask_id                  # what the model was trained to fill in
+        nelbo = elbo_bound(run.model, tokens, run.mask_id, schedule=run.noise)  # dlmlab.objectives
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ class Loaded:
     objective: ``"ar"`` or ``"mdlm"`` (masked diffusion); ``None`` for a :func:`~dlmlab.training.train` run
     that was not told its objective;
     mask_id: the mask token of a masked-diffusion model (``None`` for AR);
-    shift_logits: the logits at position ``i`` predict token ``i + 1`` (every AR model, and Dream's masked
-    diffusion) rather than token ``i`` (dlmlab's mdlm, LLaDA);
+    shift_logits: True when the logits at position ``i - 1`` predict token ``i``: every AR model (next-token
+    logits) and Dream (a masked-diffusion model whose output is shifted the same way); False when the
+    logits at ``i`` predict token ``i`` itself (dlmlab's mdlm, LLaDA).  Not the same as
+    :attr:`dlmlab.models.hf_auto.HFInfo.shift_logits`, which marks Dream's shifted diffusion output only;
+    noise: the noise schedule (:class:`~dlmlab.objectives.schedule.NoiseSchedule`) a masked-diffusion model
+    was trained with: the run's ``noise`` (``model.json``, else the run's ``config.json``), the default
+    linear schedule for runs that name none and for LLaDA / Dream (masks drawn at ``t ~ U[0, 1]``);
+    ``None`` for AR models and ``train()`` runs not told their objective;
     bidirectional: every position sees the whole sequence by default;
     family: ``transformer``, ``mamba``, ``mamba2``, ``lstm``, ``gru`` (or the HF loader's family);
     source: the folder given; format: ``"run"``, ``"checkpoint"``, or the Hugging Face model type;
@@ -61,6 +68,7 @@ class Loaded:
     format: str
     bidirectional: bool = False
     step: int | None = None
+    noise: Any = None
 
 
 def _is_checkpoint(p: Path) -> bool:
@@ -79,19 +87,49 @@ def _hf_config(p: Path) -> dict | None:
     return data if isinstance(data, dict) and ("model_type" in data or "architectures" in data) else None
 
 
-def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device) -> Loaded:
+def _run_config_noise(run: Path | None):
+    """The ``noise`` section of a ``dlmlab train`` run's ``config.json`` (``None`` when there is none)."""
+    from dlmlab.training.noise import noise_from_data
+
+    path = run / "config.json" if run is not None else None
+    if path is None or not path.is_file() or _hf_config(run) is not None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # not a run config; the card says everything else
+    noise = data.get("noise") if isinstance(data, dict) else None
+    return None if noise is None else noise_from_data(noise, f"{path}: noise")
+
+
+def _noise(objective: str | None, recorded):
+    """Loaded.noise: ``recorded`` (or the default linear schedule) for mdlm, None otherwise."""
+    from dlmlab.training.noise import default_noise
+
+    if objective != "mdlm":
+        return None
+    return recorded if recorded is not None else default_noise()
+
+
+def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device,
+               run: Path | None = None) -> Loaded:
     from dlmlab.data.tokenizer import load_tokenizer
-    from dlmlab.training.card import TOKENIZER_NAME, build_from_card
+    from dlmlab.training.card import TOKENIZER_NAME, build_from_card, card_noise
     from dlmlab.training.checkpoint import load_checkpoint
 
     model = build_from_card(card)
     state = load_checkpoint(ck, model)
     tok_file = next((d / TOKENIZER_NAME for d in tok_dirs if (d / TOKENIZER_NAME).is_file()), None)
     tokenizer = load_tokenizer(tok_file) if tok_file is not None else None
-    return Loaded(model=_place(model, dtype, device), tokenizer=tokenizer, objective=card.get("objective"),
+    objective = card.get("objective")
+    noise = None
+    if objective == "mdlm":
+        noise = card_noise(card)
+        noise = noise if noise is not None else _run_config_noise(run)
+    return Loaded(model=_place(model, dtype, device), tokenizer=tokenizer, objective=objective,
                   mask_id=card.get("mask_id"), shift_logits=bool(card.get("shift_logits", True)),
                   family=card["family"], source=source, format=fmt, bidirectional=bool(card.get("bidirectional")),
-                  step=int(state["step"]) if "step" in state else None)
+                  step=int(state["step"]) if "step" in state else None, noise=_noise(objective, noise))
 
 
 def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, device) -> Loaded:
@@ -108,7 +146,8 @@ def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, dev
     return Loaded(model=_place(model, dtype, device), tokenizer=tok, objective=cfg.objective,
                   mask_id=tok.vocab_size if cfg.objective == "mdlm" else None,
                   shift_logits=cfg.objective != "mdlm", family=family, source=source, format=fmt,
-                  bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step)
+                  bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step,
+                  noise=_noise(cfg.objective, cfg.noise))
 
 
 def _place(model, dtype, device):
@@ -141,11 +180,12 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
     model, info = load_hf(p, dtype or torch.float32)
     tok_dir = Path(info.tokenizer_path) if info.tokenizer_path else p
     objective = "mdlm" if info.objective in ("mdm", "mdlm") else info.objective
-    # (HFInfo.shift_logits marks Dream's shifted diffusion output only; here every AR model is shifted too)
+    # HFInfo.shift_logits marks Dream's shifted diffusion output only; Loaded.shift_logits also holds for
+    # every AR model, whose logits at i - 1 predict token i as well
     shift = bool(info.shift_logits) or objective == "ar"
     return Loaded(model=_place(model, None, device), tokenizer=_hf_tokenizer(tok_dir), objective=objective,
                   mask_id=info.mask_id, shift_logits=shift, family=info.family, source=p,
-                  format=info.format, bidirectional=bool(info.bidirectional))
+                  format=info.format, bidirectional=bool(info.bidirectional), noise=_noise(objective, None))
 
 
 def load(path: str | Path, dtype=None, device=None) -> Loaded:
@@ -166,7 +206,7 @@ def load(path: str | Path, dtype=None, device=None) -> Loaded:
         run = p.parent.parent if p.parent.name == "checkpoints" else None
         card = read_card(p) or (read_card(run) if run is not None else None)
         if card is not None:
-            return _from_card(card, p, [p] + ([run] if run else []), p, "checkpoint", dtype, device)
+            return _from_card(card, p, [p] + ([run] if run else []), p, "checkpoint", dtype, device, run)
         if run is not None and (run / "config.json").is_file() and _hf_config(run) is None:
             return _from_old_run(run, p, p, "checkpoint", dtype, device)
         raise UserError(f"{p} is a checkpoint folder without model.json (and its run folder has no config.json), "
@@ -179,7 +219,7 @@ def load(path: str | Path, dtype=None, device=None) -> Loaded:
                             "train it (longer) first")
         card = read_card(ck) or read_card(p)
         if card is not None:
-            return _from_card(card, ck, [ck, p], p, "run", dtype, device)
+            return _from_card(card, ck, [ck, p], p, "run", dtype, device, p)
         if (p / "config.json").is_file() and _hf_config(p) is None:
             return _from_old_run(p, ck, p, "run", dtype, device)
         raise UserError(f"{p} is a run folder without model.json (trained before runs saved their model config), "

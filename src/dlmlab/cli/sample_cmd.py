@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -51,7 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--order", default=d.order, help="confidence | margin | entropy | random")
     p.add_argument("--schedule", default=d.schedule, help="cosine | linear | ancestral")
-    p.add_argument("--noise", default=d.noise, help="noise schedule of --schedule ancestral: linear | loglinear | cosine")
+    p.add_argument("--noise", default=None,
+                   help="noise schedule of --schedule ancestral: linear | loglinear | cosine (default: the one the "
+                        f"model was trained with, else {d.noise})")
     p.add_argument("--threshold", type=float, help="threshold parallel decoding (e.g. 0.9)")
     p.add_argument("--factor", type=float, help="factor-based parallel decoding (e.g. 1.0)")
     p.add_argument("--block-len", type=int, default=d.block_len, help="semi-autoregressive blocks (0: one)")
@@ -67,6 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_denoiser(path: str) -> tuple[ModelDenoiser, object, int | None]:
     """(denoiser, tokenizer, max positions or None) of a masked-diffusion model that :func:`dlmlab.load` loads."""
+    den, tok, limit, _ = _load(path)
+    return den, tok, limit
+
+
+def _load(path: str):
+    """(denoiser, tokenizer, max positions or None, noise schedule or None) of what :func:`dlmlab.load` loads."""
     from dlmlab import load
 
     run = load(path)
@@ -79,7 +88,23 @@ def load_denoiser(path: str) -> tuple[ModelDenoiser, object, int | None]:
     den = ModelDenoiser(run.model, run.mask_id, run.shift_logits, allow_causal=True)
     cfg = getattr(run.model, "cfg", None)
     limit = cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
-    return den, run.tokenizer, limit
+    return den, run.tokenizer, limit, run.noise
+
+
+def noise_name(chosen: str | None, trained, schedule: str) -> str:
+    """The decoder's ``noise``: ``chosen`` (``--noise``), else the name of the ``trained`` schedule, else the
+    default.  The decoder takes a schedule by name with its default fields; when the trained one has other
+    fields and the ``ancestral`` rule uses it, a note on stderr says so."""
+    if chosen is not None:
+        return chosen
+    if trained is None:
+        return DecodeConfig.noise
+    from dlmlab.objectives.schedule import get_schedule
+
+    if schedule == "ancestral" and trained != get_schedule(trained.name):
+        print(f"note: the model was trained with {trained}; the ancestral rule follows {trained.name} with its "
+              f"default fields ({get_schedule(trained.name)})", file=sys.stderr)
+    return trained.name
 
 
 def _encode(tok, text: str) -> list[int]:
@@ -117,10 +142,12 @@ def build_canvas(tok, mask_id: int, args) -> tuple[list[int], int, str]:
 def run(args: argparse.Namespace) -> int:
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
-    cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule, noise=args.noise,
-                       threshold=args.threshold, factor=args.factor, block_len=args.block_len,
-                       attention=args.attention, cache=args.cache, refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
-    den, tok, limit = load_denoiser(args.run)
+    cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule,
+                       noise=args.noise or DecodeConfig.noise, threshold=args.threshold, factor=args.factor,
+                       block_len=args.block_len, attention=args.attention, cache=args.cache,
+                       refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
+    den, tok, limit, trained = _load(args.run)
+    cfg = dataclasses.replace(cfg, noise=noise_name(args.noise, trained, args.schedule))
     mask_id = den.mask_id
     canvas, P, prompt_text = build_canvas(tok, mask_id, args)
     if limit is not None and len(canvas) > limit:

@@ -17,8 +17,9 @@ llada       :func:`hf_llada.load_llada`                  transformer mdm        
 dream       :func:`hf_dream.load_dream`                  transformer mdm        bidirectional
 ==========  ===========================================  ==========  =========  ============
 
-and returns ``(model, HFInfo)``.  Dream's output is shifted (``HFInfo.shift_logits``: the logits at
-``i - 1`` predict token ``i``; :func:`dlmlab.models.hf_dream.align_logits` realigns them).
+and returns ``(model, HFInfo)``.  Dream's diffusion output is shifted (``HFInfo.shift_logits``, True
+for Dream only: the logits at ``i - 1`` predict the masked token ``i``;
+:func:`dlmlab.models.hf_dream.align_logits` realigns them).
 Nothing is downloaded and no code from the folder is executed (``trust_remote_code`` is never
 used): LLaDA and Dream, whose published code is remote code, are read by the toolkit's own
 mappings.
@@ -51,8 +52,12 @@ class HFInfo:
 
     format: the model type ("gpt2", "llama", "mistral", "qwen2", "gpt_neox", "mamba", "mamba2",
         "llada", "dream"); family: "transformer" | "mamba" | "mamba2"; objective: "ar" | "mdm";
-    mask_id: the mask token of an "mdm" model (None for "ar"); shift_logits: True when the logits at
-        ``i - 1`` predict token ``i`` (Dream); tokenizer_path: the folder when it holds tokenizer files;
+    mask_id: the mask token of an "mdm" model (None for "ar");
+    shift_logits: whether the *diffusion* output is shifted: True only for Dream, whose logits at
+        ``i - 1`` predict the (masked) token ``i``; False for LLaDA (logits at ``i`` predict token ``i``)
+        and for every AR format, whose next-token shift is implied by objective "ar" (``dlmlab.load``'s
+        ``Loaded.shift_logits`` is True for AR models and Dream alike);
+    tokenizer_path: the folder when it holds tokenizer files;
     bidirectional: the model's default attention has no causal mask.
     """
 

@@ -5,11 +5,14 @@ checkpoint folder in it holds ``model.json`` (and ``tokenizer.json`` when the ru
 
     {"format": "dlmlab-model", "version": 1, "family": "mamba",
      "config": {...every field of the model's config, vocab_size included...},
-     "objective": "mdlm", "mask_id": 65, "shift_logits": false, "bidirectional": false}
+     "objective": "mdlm", "mask_id": 65, "shift_logits": false, "bidirectional": false,
+     "noise": {"name": "loglinear", "eps": 0.001, "t_lo": 0.001}}
 
 ``objective`` is ``"ar"``, ``"mdlm"`` or ``null`` (a :func:`~dlmlab.training.train` call that was not
 told); ``mask_id`` is the masked-diffusion mask token (``null`` for AR); ``shift_logits`` says whether
 the logits at position ``i`` predict token ``i + 1`` (AR) or token ``i`` itself (masked diffusion).
+``noise`` (mdlm only, optional) is the noise schedule the model was trained with
+(:mod:`dlmlab.training.noise`); a card without one means the default linear schedule.
 """
 
 from __future__ import annotations
@@ -55,8 +58,11 @@ def is_bidirectional(family: str, config: dict) -> bool:
     return family == "transformer" and config.get("attn_mask", "causal") == "bidirectional"
 
 
-def model_card(model: Any, objective: str | None = None, mask_id: int | None = None) -> dict:
-    """The ``model.json`` content for a toolkit ``model`` (it must have a ``cfg`` of a known family)."""
+def model_card(model: Any, objective: str | None = None, mask_id: int | None = None, noise: Any = None) -> dict:
+    """The ``model.json`` content for a toolkit ``model`` (it must have a ``cfg`` of a known family).
+
+    ``noise``: the :class:`~dlmlab.objectives.schedule.NoiseSchedule` of an mdlm model (or its data,
+    ``{"name": ..., **fields}``); left out of the card when ``None``."""
     objective = check_objective(objective)
     cfg = getattr(model, "cfg", None)
     if cfg is None or not dataclasses.is_dataclass(cfg):
@@ -70,9 +76,26 @@ def model_card(model: Any, objective: str | None = None, mask_id: int | None = N
         raise UserError("objective 'mdlm' needs its mask_id (the mask token's id) to be saved with the model")
     if mask_id is not None and not (isinstance(mask_id, int) and 0 <= mask_id < vocab):
         raise UserError(f"mask_id must be a token id in [0, {vocab}), got {mask_id!r}")
-    return {"format": CARD_FORMAT, "version": 1, "family": family, "config": config, "objective": objective,
+    card = {"format": CARD_FORMAT, "version": 1, "family": family, "config": config, "objective": objective,
             "mask_id": None if mask_id is None else int(mask_id), "shift_logits": objective != "mdlm",
             "bidirectional": is_bidirectional(family, config)}
+    if noise is not None:
+        from dlmlab.training.noise import noise_from_data, noise_to_data
+
+        if objective != "mdlm":
+            raise UserError(f"a noise schedule belongs to objective 'mdlm', not {objective!r}")
+        card["noise"] = noise_to_data(noise_from_data(noise))
+    return card
+
+
+def card_noise(card: dict, where: str = CARD_NAME):
+    """The card's noise schedule (a :class:`~dlmlab.objectives.schedule.NoiseSchedule`), ``None`` when it
+    records none; a bad one is a one-line :class:`UserError` naming ``where``."""
+    if card.get("noise") is None:
+        return None
+    from dlmlab.training.noise import noise_from_data
+
+    return noise_from_data(card["noise"], f"{where}: noise")
 
 
 def card_text(card: dict) -> str:
@@ -102,6 +125,7 @@ def read_card(folder: str | Path) -> dict | None:
         raise UserError(f"{path} is not a dlmlab model card (needs format {CARD_FORMAT!r}, a family in "
                         f"{list(FAMILIES)} and a config)")
     check_objective(card.get("objective"))
+    card_noise(card, str(path))
     return card
 
 

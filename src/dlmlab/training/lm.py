@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
 import math
 import sys
@@ -22,12 +23,13 @@ from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.models import TransformerConfig
 from dlmlab.models.factory import build_model
 from dlmlab.objectives import ar_loss, mdlm_loss
-from dlmlab.objectives.schedule import sample_t
+from dlmlab.objectives.schedule import NoiseSchedule
 from dlmlab.training.card import CARD_NAME, FAMILIES, OBJECTIVES, OLD_OBJECTIVE_NAMES, family_of
 from dlmlab.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from dlmlab.training.config import TrainConfig
 from dlmlab.training.distributed import init_from_env
 from dlmlab.training.loop import train
+from dlmlab.training.noise import default_noise, noise_from_data, noise_to_data
 
 
 # Config classes of the non-transformer families as a run config holds them: ``vocab_size`` may be 0
@@ -89,9 +91,16 @@ def model_to_dict(model_cfg) -> dict:
 
 
 def run_config_dict(cfg: "RunConfig") -> dict:
-    """``cfg`` as plain data, ``model.family`` included (what ``config.json`` holds)."""
+    """``cfg`` as plain data, ``model.family`` included (what ``config.json`` holds).
+
+    ``noise`` is ``{"name": ..., **fields}``, and left out when the run names no schedule (so the
+    ``config.json`` of such a run is what it was before runs could name one)."""
     d = dataclasses.asdict(cfg)
     d["model"] = model_to_dict(cfg.model)
+    if cfg.noise is None:
+        del d["noise"]
+    else:
+        d["noise"] = noise_to_data(cfg.noise)
     return d
 
 
@@ -104,6 +113,9 @@ class RunConfig(Config):
     (their configs in :mod:`dlmlab.models`).  Checked when built or loaded (also the sections together:
     the model must fit ``data.seq_len``; ``mdlm`` on a transformer needs a bidirectional mask).
     ``objective`` ``mdlm`` is masked diffusion; the old names ``dlm`` / ``mdm`` are refused naming it.
+    ``noise``: the masked-diffusion noise schedule, ``{name: loglinear, eps: 1.0e-3}`` or a bare name in
+    YAML (:mod:`dlmlab.training.noise`), a :class:`~dlmlab.objectives.schedule.NoiseSchedule` in Python;
+    ``None`` (the default) is the linear schedule with its default ``eps`` (:attr:`schedule`).
     """
 
     model: Any = field(default_factory=TransformerConfig)
@@ -111,10 +123,16 @@ class RunConfig(Config):
     data: DataConfig = field(default_factory=DataConfig)
     objective: str = "ar"  # "ar" | "mdlm" (checked by hand, so that an old name gets its own message)
     eval_batches: int = 8
+    noise: Any = None  # None | NoiseSchedule (a mapping or a name is turned into one)
 
     @property
     def family(self) -> str:
         return family_of(self.model)
+
+    @property
+    def schedule(self) -> NoiseSchedule:
+        """The noise schedule an mdlm run trains and is evaluated with (``noise``, or the default linear)."""
+        return self.noise if self.noise is not None else default_noise()
 
     def check(self) -> None:
         if self.objective in OLD_OBJECTIVE_NAMES:
@@ -125,6 +143,8 @@ class RunConfig(Config):
         super().check()
 
     def derive(self) -> None:
+        if self.noise is not None:
+            self.noise = noise_from_data(self.noise)
         if isinstance(self.model, dict):
             self.model = model_from_dict(self.model)
         elif not dataclasses.is_dataclass(self.model):
@@ -140,6 +160,9 @@ class RunConfig(Config):
 
     def validate(self) -> None:
         require(self.eval_batches > 0, f"eval_batches must be > 0, got {self.eval_batches}")
+        if self.noise is not None and self.objective != "mdlm":
+            raise ConfigError(f"noise: a noise schedule is for objective 'mdlm'; this run's objective is "
+                              f"{self.objective!r} (remove the noise section)")
         if not isinstance(self.model, TransformerConfig):
             return
         if self.objective == "mdlm" and self.model.attn_mask == "causal":
@@ -170,24 +193,26 @@ def make_lm_task(cfg: RunConfig, stream: TokenStream, vocab: int):
     """(make_batch, loss_fn) for the run's objective; noise is drawn in make_batch (global batch)."""
     T, B = cfg.data.seq_len, cfg.train.batch_size
     mask_id = vocab  # last id of the model vocabulary
+    schedule = cfg.schedule
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = TokenStream.windows(stream.train, B, T + (1 if cfg.objective == "ar" else 0), gen)
         if cfg.objective == "ar":
             return {"tokens": x}
-        return {"tokens": x, "t": sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
+        return {"tokens": x, "t": schedule.sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
 
     def loss_fn(model, batch):
         if cfg.objective == "ar":
             return ar_loss(model, batch["tokens"])
-        return mdlm_loss(model, batch["tokens"], mask_id, t=batch["t"], noise=batch["noise"])
+        return mdlm_loss(model, batch["tokens"], mask_id, t=batch["t"], noise=batch["noise"], schedule=schedule)
 
     return make_batch, loss_fn
 
 
 @torch.no_grad()
 def evaluate_lm(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, vocab: int) -> dict:
-    """Held-out perplexity (AR) or ELBO perplexity bound (MDLM) on fixed validation windows."""
+    """Held-out perplexity (AR) or ELBO perplexity bound (MDLM, under the run's noise schedule) on fixed
+    validation windows."""
     model.eval()
     T = cfg.data.seq_len
     x = TokenStream.chunks(stream.val, T + 1, limit=cfg.eval_batches * cfg.train.batch_size)
@@ -196,7 +221,8 @@ def evaluate_lm(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, voc
         nll = sum(losses) / len(losses)
         return {"nll": nll, "ppl": math.exp(nll)}
     g = torch.Generator().manual_seed(1234)
-    losses = [mdlm_loss(model, xb[:, :T], vocab, generator=g)[0].item() for xb in x.split(cfg.train.batch_size)]
+    losses = [mdlm_loss(model, xb[:, :T], vocab, generator=g, schedule=cfg.schedule)[0].item()
+              for xb in x.split(cfg.train.batch_size)]
     nll = sum(losses) / len(losses)
     return {"nelbo": nll, "ppl_bound": math.exp(nll)}
 
@@ -221,11 +247,17 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def config_differences(old: dict, new: dict) -> list[str]:
     """``["model.d_model: 32 in the folder, 64 now", ...]`` for the fields where two run configs differ.
 
-    A config without ``model.family`` (written before families existed) is a transformer's."""
+    A config without ``model.family`` (written before families existed) is a transformer's; one without
+    ``noise`` (written before runs named a schedule, or naming none) has the default schedule."""
     a, b = _flat(old), _flat(new)
+    default = _flat({"noise": noise_to_data(default_noise())})
     for d in (a, b):
         if any(k.startswith("model.") for k in d):
             d.setdefault("model.family", "transformer")
+        if d.get("noise", 0) is None:
+            del d["noise"]
+        if not any(k.startswith("noise.") for k in d):
+            d.update(default)
     missing = object()
     diffs = []
     for key in sorted(set(a) | set(b)):
@@ -236,6 +268,15 @@ def config_differences(old: dict, new: dict) -> list[str]:
             show = lambda v: "(absent)" if v is missing else json.dumps(v)  # noqa: E731
             diffs.append(f"{key}: {show(x)} in the folder, {show(y)} now")
     return diffs
+
+
+def _card_noise(cfg: RunConfig) -> dict:
+    """``{"noise": schedule}`` for :func:`train` (recorded in ``model.json``) when it takes one; mdlm runs only.
+
+    (Until ``train`` takes ``noise``, :func:`dlmlab.load` reads the schedule from the run's ``config.json``.)"""
+    if cfg.objective != "mdlm" or "noise" not in inspect.signature(train).parameters:
+        return {}
+    return {"noise": cfg.schedule}
 
 
 def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
@@ -301,7 +342,7 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
     eval_fn = lambda m, step: evaluate_lm(m, cfg, stream, tokenizer.vocab_size)  # noqa: E731
     history = train(model, cfg.train, make_batch, loss_fn, out_dir=out, eval_fn=eval_fn, resume=True,
                     desc=f"train {cfg.family} {cfg.objective}", objective=cfg.objective,
-                    mask_id=mask_id_of(cfg, tokenizer.vocab_size), tokenizer=tokenizer)
+                    mask_id=mask_id_of(cfg, tokenizer.vocab_size), tokenizer=tokenizer, **_card_noise(cfg))
     final = evaluate_lm(model, cfg, stream, tokenizer.vocab_size)
     if ctx.is_main:
         atomic_write_text(out / "eval.json", strict_json(final, indent=1))
