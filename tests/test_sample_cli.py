@@ -71,15 +71,25 @@ def test_ancestral_rule_follows_the_chosen_noise_schedule(run_dir, capsys):
     assert "noise" in capsys.readouterr().err
 
 
-def test_a_causal_family_trained_with_mdlm_samples_through_dlmlab_load(tmp_path, capsys):
-    cfg = tmp_path / "gru.yaml"
-    cfg.write_text("objective: mdlm\nmodel: {family: gru, d_model: 16, n_layers: 1}\n"
-                   "data: {seq_len: 16}\ntrain: {steps: 2, batch_size: 4, progress: false}\neval_batches: 1\n")
-    assert main(["train", str(cfg), "--out", str(tmp_path / "gru")]) == 0
+@pytest.mark.parametrize("family", ["mamba", "mamba2", "lstm", "gru"])
+def test_a_causal_family_trained_with_mdlm_samples_through_dlmlab_load(tmp_path, capsys, family):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The cat sat on the mat. The dog ran to it. " * 30)
+    cfg = tmp_path / f"{family}.yaml"
+    cfg.write_text(f"objective: mdlm\nmodel: {{family: {family}, d_model: 16, n_layers: 1}}\n"
+                   f"data: {{source: {corpus}, seq_len: 16}}\ntrain: {{steps: 2, batch_size: 4, progress: false}}\n"
+                   "eval_batches: 1\n")
+    run = tmp_path / family
+    assert main(["train", str(cfg), "--out", str(run)]) == 0
     capsys.readouterr()
-    assert main(["sample", str(tmp_path / "gru"), "--prompt", "The ", "--gen-len", "6", "--format", "jsonl",
-                 "--no-progress"]) == 0
-    r = json.loads(capsys.readouterr().out.strip())
-    assert r["full"].startswith("The ") and len(r["filled_ids"]) == 6
-    assert main(["sample", str(tmp_path / "gru"), "--cache", "prefix", "--no-progress"]) == 2  # no KV cache
+    ck = sorted((run / "checkpoints").glob("step_*"))[-1]
+    for path in (run, ck):  # the run folder and one of its checkpoints
+        assert main(["sample", str(path), "--prompt", "The ", "--gen-len", "6", "--format", "jsonl",
+                     "--no-progress", "--num-samples", "2"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert len(rows) == 2 and all(r["full"].startswith("The ") and len(r["filled_ids"]) == 6 for r in rows)
+    assert main(["sample", str(run), "--infill", "The [MASK:3] sat", "--format", "jsonl", "--no-progress"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["full"].startswith("The ") and r["full"].endswith(" sat") and len(r["filled_ids"]) == 3
+    assert main(["sample", str(run), "--cache", "prefix", "--no-progress"]) == 2  # no KV cache
     assert "cache='none'" in capsys.readouterr().err
