@@ -77,7 +77,10 @@ def test_run_pretrained_end_to_end(tmp_path):
     # layer ablations: per block and length, with the per-layer random-subspace control
     ab = res["block_ablation"]
     assert set(ab) == {"base", "skip", "mixer_mean"} and all(len(v) == 2 for v in ab["skip"].values())
-    assert len(res["layer_ablation_control_drop"]) == len(res["layer_ablation_drop"]) == 3
+    assert len(res["layer_random_drop"]) == len(res["layer_ablation_drop"]) == 3
+    sm = res["summary"]
+    assert all(v is None or isinstance(v, (int, float)) for v in sm.values())
+    assert sm["skip_last"] == ab["skip"][40][-1] and 1 <= sm["probe_jump_layer"] <= 2 and "acc@60" in sm
     # last-layer patching at every position: before the corrupted token the clean and corrupted runs are
     # the same (causal models), so patching there recovers nothing
     ll = res["last_layer_patching"]
@@ -136,6 +139,7 @@ def test_pretrain_small_smoke_saves_reuses_and_runs(tmp_path, monkeypatch):
         res = run_pretrained(pth, "parity", _tiny(), progress=False)
         assert res["arch"] == arch and res["pretrain"]["recipe"] == "smoke"
         assert len(res["probe_accuracy"]) == 3 and res["last_layer_patching"] is not None
+        assert res["summary"]["pretrain_bits_per_byte"] == res["pretrain"]["val_bits_per_byte"]
 
 
 def test_pretrain_small_refuses(tmp_path):

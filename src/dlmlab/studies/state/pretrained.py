@@ -166,9 +166,48 @@ def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -
     res["probe_accuracy"] = [pr["accuracy"] for pr in res["probes"]]
     drops = [v["drop"] for v in res["ablation"]["probe_dir"].values()]
     res["probe_dir_drop"] = sum(drops) / len(drops)
-    if "layer_ablation_control_drop" not in res:
-        res["layer_ablation_control_drop"] = layer_ablation_control(model, data, p)
+    if "layer_random_drop" not in res:  # analyse_model's per-layer control, where it does not compute it
+        res["layer_random_drop"] = layer_ablation_control(model, data, p)
     res["block_ablation"] = block_ablations(model, data.by_len)
     res["last_layer_patching"] = last_layer_patching(model, data.patch)
     res["analysis_cpu_s"] = time.process_time() - t1
+    res["summary"] = summary(res, data, p)
     return res
+
+
+def summary(res: dict, data, p) -> dict:
+    """Scalar read-outs of one checkpoint's nested results (for the report's table).
+
+    ``chance``: majority-label rate at the training length; ``probe_jump_layer``: the layer (0 =
+    embedding) whose probe accuracy rose most over the layer before it, ``probe_jump`` that rise;
+    ``causal_layer``: the layer whose probe-subspace ablation drops accuracy most, with that drop and the
+    random-subspace control at the same layer; ``skip_last`` / ``mixer_mean_last``: accuracy drops from
+    skipping the last block / mean-ablating its mixer (training length); ``patch_last_*``: fraction of the
+    logit gap recovered by patching the last block's input at the corrupted position and its mixer
+    output at the last position; ``pretrain_bits_per_byte``: held-out loss of a small pretrained model.
+    """
+    L = p.train_len
+    y = data.by_len[L][1]
+    out = {"chance": float(torch.bincount(y.flatten()).max()) / max(1, y.numel()),
+           f"acc@{max(res['acc_by_len'])}": res["acc_by_len"][max(res["acc_by_len"])]}
+    acc = res["probe_accuracy"]
+    if len(acc) >= 2:
+        rises = [b - a for a, b in zip(acc, acc[1:])]
+        j = max(range(len(rises)), key=rises.__getitem__)
+        out.update(probe_jump_layer=j + 1, probe_jump=rises[j])
+    drops, ctrl = res.get("layer_ablation_drop") or [], res.get("layer_random_drop") or []
+    if drops:
+        k = max(range(len(drops)), key=drops.__getitem__)
+        out.update(causal_layer=k, causal_drop=drops[k], causal_control=ctrl[k] if k < len(ctrl) else None)
+    ab = res["block_ablation"]
+    out["skip_last"] = ab["skip"][L][-1]
+    if "mixer_mean" in ab:
+        out["mixer_mean_last"] = ab["mixer_mean"][L][-1]
+    ll = res.get("last_layer_patching")
+    if ll:
+        out["patch_last_pre@corrupt"] = ll["at_corrupt_pos"][0]
+        if len(ll["hooks"]) > 1:
+            out["patch_last_mixer@last"] = ll["at_last_pos"][1]
+    if "pretrain" in res:
+        out["pretrain_bits_per_byte"] = res["pretrain"].get("val_bits_per_byte")
+    return out
