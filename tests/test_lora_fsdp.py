@@ -117,5 +117,5 @@ def test_reversal_finetune_under_torchrun_matches_one_process(tmp_path, subproce
     for key in ("forward_acc", "reverse_acc"):
         assert b[key] == a[key]
     for s, t in zip(a["signatures"], b["signatures"], strict=True):
-        for key in ("reverse_p", "forward_p", "grad_cosine", "grad_cosine_control", "attn_corr"):
+        for key in ("reverse_p", "reverse_p_control", "forward_p", "grad_cosine", "grad_cosine_control", "attn_corr"):
             assert t[key] == pytest.approx(s[key], rel=1e-4, abs=1e-6), key

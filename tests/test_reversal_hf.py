@@ -105,12 +105,13 @@ def test_finetune_end_to_end(tmp_path, tokenizer, fmt, objective, shift):
     assert res["mask_id"] == (tokenizer.mask_token_id if objective == "mdm" else res["mask_id"])
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     for key in ("forward_acc", "reverse_acc", "forward_acc_per_token", "reverse_acc_per_token"):
-        assert 0.0 <= saved[key] <= 1.0
+        assert 0.0 <= saved[key] <= 1.0 and saved[key] == saved["signatures"][-1][key]
     assert saved["chance"] == pytest.approx(1 / 3) and saved["final_loss"] > 0
     trace = saved["signatures"]
     assert [s["step"] for s in trace] == [0, 2, 3]  # start, every eval_every, end
     for s in trace:
-        assert 0 < s["reverse_p"] < 1 and 0 < s["forward_p"] < 1
+        for d in ("reverse", "forward"):
+            assert 0 < s[f"{d}_p"] < 1 and 0 < s[f"{d}_p_control"] < 1 and 0 <= s[f"{d}_acc"] <= 1
         assert -1 <= s["grad_cosine"] <= 1 and -1 <= s["grad_cosine_control"] <= 1
         assert len(s["grad_cosine_per_fact"]) == 3
         if objective == "mdm":

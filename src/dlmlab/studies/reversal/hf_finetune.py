@@ -17,8 +17,8 @@ token and aligns the logits, so every loss and analysis sees "position i scores 
   completion among the ``n_facts`` candidates (see :mod:`dlmlab.studies.reversal.real`).
 * Signatures (:mod:`dlmlab.studies.reversal.hf_signatures`) at step 0 and every ``eval_every`` steps:
   forward/reverse attention-score correlation (MDM), per-fact cosine of forward- and reverse-loss
-  gradients on the storage weights W_v, W_o, and the reverse (and forward) probability of the true
-  completion; each with its control.
+  gradients on the storage weights W_v, W_o, and the reverse (and forward) probability and ranking
+  accuracy of the true completion; each with its control (other facts paired, other candidates).
 * ``lora``: peft LoRA adapters on the attention / MLP linear layers, only they train
   (:mod:`dlmlab.training.lora`); the adapters are saved to ``adapters.safetensors``.
 * Under ``torchrun`` the model is sharded with FSDP (:mod:`dlmlab.training.fsdp`; nccl on GPU, gloo on
@@ -229,25 +229,30 @@ def signature_docs(cfg: HFFinetuneConfig, tok, pad: int):
     return sig.encode_pieces(tok, fwd, pad), sig.encode_pieces(tok, rev, pad)
 
 
-def _true_only(items):
-    return [(prompt, [cands[k]], 0) for prompt, cands, k in items]
-
-
-def _mean_p(lm, task, kind, items, seq_len, chunk) -> float:
-    """Mean over items of the per-token probability exp(mean log p) of the true completion."""
-    s, n = candidate_loglik(lm, task, kind, _true_only(items), seq_len, chunk)
-    return float(np.exp(s[:, 0] / np.maximum(n[:, 0], 1)).mean())
+def ranking(lm, task, kind, items, cfg: HFFinetuneConfig) -> dict:
+    """Score every candidate of every item: accuracy (summed and per-token log-likelihood), distinct winners,
+    ``p``: mean per-token probability exp(mean log p) of the true completion, ``p_control``: the same for the
+    other candidates (the completions of the other facts: what rises for every fact, e.g. name frequency)."""
+    s, n = candidate_loglik(lm, task, kind, items, cfg.seq_len, cfg.eval_chunk)
+    per_token = s / np.maximum(n, 1)
+    p = np.exp(per_token)
+    truth = np.array([it[2] for it in items])
+    true = np.zeros_like(p, dtype=bool)
+    true[np.arange(len(items)), truth] = True
+    return {"acc": accuracy(s, items), "acc_per_token": accuracy(per_token, items), "distinct_argmax": distinct_argmax(s),
+            "p": float(p[true].mean()), "p_control": float(p[~true].mean())}
 
 
 def signatures(lm, task, kind, objective, mask_id, docs, cfg: HFFinetuneConfig) -> dict:
-    """The three signatures now: reverse / forward probability, gradient cosine (and control), attention
+    """The three signatures now: reverse (and forward) probability of the true completion with accuracy and the
+    other candidates' probability as control (:func:`ranking`), gradient cosine (and control), attention
     correlation (MDM; and control)."""
     fwd, rev = docs
     g = sig.storage_gradient_cosines(lm, fwd, rev, objective, mask_id)
-    out = {"reverse_p": _mean_p(lm, task, kind, task.reverse_test, cfg.seq_len, cfg.eval_chunk),
-           "forward_p": _mean_p(lm, task, kind, task.forward_test, cfg.seq_len, cfg.eval_chunk),
-           "grad_cosine": float(g["per_fact"].mean()), "grad_cosine_control": float(g["control_per_fact"].mean()),
-           "grad_cosine_per_fact": g["per_fact"].tolist()}
+    out = {f"{name}_{k}": v for name, items in (("reverse", task.reverse_test), ("forward", task.forward_test))
+           for k, v in ranking(lm, task, kind, items, cfg).items()}
+    out |= {"grad_cosine": float(g["per_fact"].mean()), "grad_cosine_control": float(g["control_per_fact"].mean()),
+            "grad_cosine_per_fact": g["per_fact"].tolist()}
     if objective == "mdm":
         a = sig.attention_correlations(lm, fwd, rev, mask_id)
         fin = lambda xs: [x for x in xs if x == x]  # noqa: E731
@@ -292,8 +297,11 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
         add_lora(model, cfg.lora)
     model = model.to(dev)
     kind = "mdm" if objective == "mdm" else "arm"
-    task = prepare(RealDataPreset(enabled=True, dataset=cfg.dataset, n_facts=cfg.n_facts, seq_len=cfg.seq_len),
-                   tokenizer=_Encoder(tok), pad_id=pad, mask_id=max(mask_id, 0))
+    try:
+        task = prepare(RealDataPreset(enabled=True, dataset=cfg.dataset, n_facts=cfg.n_facts, seq_len=cfg.seq_len),
+                       tokenizer=_Encoder(tok), pad_id=pad, mask_id=max(mask_id, 0))
+    except ValueError as e:  # a fact longer than seq_len under this tokenizer
+        raise ConfigError(f"{e}; raise seq_len") from None
     docs = signature_docs(cfg, _Encoder(tok), pad)
     shard(model, ctx)
     lm = AlignedLM(model, bos, info.shift_logits)
@@ -326,11 +334,11 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
            "bos_id": bos, "shift_logits": info.shift_logits, "lora": cfg.lora is not None,
            "world_size": ctx.world_size, "chance": 1.0 / cfg.n_facts,
            "final_loss": history[-1]["loss"] if history else None}
-    for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test)):
-        s, n = candidate_loglik(lm, task, kind, items, cfg.seq_len, cfg.eval_chunk)
-        res[f"{name}_acc"] = accuracy(s, items)
-        res[f"{name}_acc_per_token"] = accuracy(s / np.maximum(n, 1), items)
-        res[f"{name}_distinct_argmax"] = distinct_argmax(s)
+    last = trace[-1]  # evaluated after the last step
+    assert last["step"] == cfg.train.steps
+    for name in ("forward", "reverse"):
+        for k in ("acc", "acc_per_token", "distinct_argmax", "p", "p_control"):
+            res[f"{name}_{k}"] = last[f"{name}_{k}"]
     res["signatures"] = trace
     res["history"] = history
     res["n_trainable_params"] = sum(p.numel() for p in lm.parameters() if p.requires_grad)
