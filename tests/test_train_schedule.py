@@ -59,10 +59,10 @@ def one_error_line(capsys) -> str:
 # ---------------------------------------------------------------------------------------- the config
 def test_noise_section_is_parsed_and_round_trips(tmp_path):
     cfg = load_run_config(yaml_cfg(tmp_path, "{name: loglinear, eps: 1.0e-2}"))
-    assert cfg.noise == LogLinearSchedule(eps=1e-2) and cfg.schedule is cfg.noise
+    assert cfg.noise == LogLinearSchedule(eps=1e-2) and cfg.noise_schedule is cfg.noise
     assert load_run_config(yaml_cfg(tmp_path, "cosine")).noise == CosineSchedule()
     none = load_run_config(yaml_cfg(tmp_path))
-    assert none.noise is None and none.schedule == LinearSchedule()
+    assert none.noise is None and none.noise_schedule == LinearSchedule()
     data = run_config_dict(cfg)
     assert data["noise"] == {"name": "loglinear", "eps": 0.01, "t_lo": 0.001}
     assert from_dict(RunConfig, json.loads(json.dumps(data))) == cfg

@@ -115,7 +115,7 @@ class RunConfig(Config):
     ``objective`` ``mdlm`` is masked diffusion; the old names ``dlm`` / ``mdm`` are refused naming it.
     ``noise``: the masked-diffusion noise schedule, ``{name: loglinear, eps: 1.0e-3}`` or a bare name in
     YAML (:mod:`dlmlab.training.noise`), a :class:`~dlmlab.objectives.schedule.NoiseSchedule` in Python;
-    ``None`` (the default) is the linear schedule with its default ``eps`` (:attr:`schedule`).
+    ``None`` (the default) is the linear schedule with its default ``eps`` (:attr:`noise_schedule`).
     """
 
     model: Any = field(default_factory=TransformerConfig)
@@ -130,7 +130,7 @@ class RunConfig(Config):
         return family_of(self.model)
 
     @property
-    def schedule(self) -> NoiseSchedule:
+    def noise_schedule(self) -> NoiseSchedule:
         """The noise schedule an mdlm run trains and is evaluated with (``noise``, or the default linear)."""
         return self.noise if self.noise is not None else default_noise()
 
@@ -193,7 +193,7 @@ def make_lm_task(cfg: RunConfig, stream: TokenStream, vocab: int):
     """(make_batch, loss_fn) for the run's objective; noise is drawn in make_batch (global batch)."""
     T, B = cfg.data.seq_len, cfg.train.batch_size
     mask_id = vocab  # last id of the model vocabulary
-    schedule = cfg.schedule
+    schedule = cfg.noise_schedule
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = TokenStream.windows(stream.train, B, T + (1 if cfg.objective == "ar" else 0), gen)
@@ -221,7 +221,7 @@ def evaluate_lm(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, voc
         nll = sum(losses) / len(losses)
         return {"nll": nll, "ppl": math.exp(nll)}
     g = torch.Generator().manual_seed(1234)
-    losses = [mdlm_loss(model, xb[:, :T], vocab, generator=g, schedule=cfg.schedule)[0].item()
+    losses = [mdlm_loss(model, xb[:, :T], vocab, generator=g, schedule=cfg.noise_schedule)[0].item()
               for xb in x.split(cfg.train.batch_size)]
     nll = sum(losses) / len(losses)
     return {"nelbo": nll, "ppl_bound": math.exp(nll)}
@@ -276,7 +276,7 @@ def _card_noise(cfg: RunConfig) -> dict:
     (Until ``train`` takes ``noise``, :func:`dlmlab.load` reads the schedule from the run's ``config.json``.)"""
     if cfg.objective != "mdlm" or "noise" not in inspect.signature(train).parameters:
         return {}
-    return {"noise": cfg.schedule}
+    return {"noise": cfg.noise_schedule}
 
 
 def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
