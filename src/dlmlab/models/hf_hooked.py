@@ -78,8 +78,9 @@ def _mixer(layer: nn.Module) -> nn.Module | None:
 def _fused_mamba_forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
     """``MambaMixer.forward`` of a whole sequence without cache or padding mask, with the toolkit's fused
     selective scan (:func:`dlmlab.models.fused_scan.fused_selective_scan`): the same math as HF's own
-    path (which materialises [B, Di, T, N]); anything else takes HF's own path."""
-    if cache is not None or attention_mask is not None or kwargs:
+    path (which materialises [B, Di, T, N]); anything else (a cache, a mask, tensors off the CPU, where
+    HF may have its CUDA kernels) takes HF's own path."""
+    if cache is not None or attention_mask is not None or kwargs or hidden_states.device.type != "cpu":
         return type(self).forward(self, hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
     from dlmlab.models.fused_scan import fused_selective_scan
 

@@ -12,7 +12,7 @@ ids (the state tasks use ``0..V-1`` with V <= 100) maps onto pretrained embeddin
 Training: the toolkit loop (AdamW, warmup + cosine, gradient clipping), next-byte
 cross-entropy on random windows of the first ``1 - val_fraction`` of the text, one torch
 thread, deterministic from the seed.  Each folder holds ``dlmlab_pretrain.json`` (recipe,
-seed, first / last train loss, held-out loss in bits per byte); a folder whose record matches
+seed, logged train losses, held-out loss in nats and bits per byte); a folder whose record matches
 the recipe and seed is reused (resume-friendly), one from another recipe or seed is retrained.
 Folders appear whole (written aside, then renamed).
 """
@@ -158,7 +158,7 @@ def pretrain_one(arch: str, r: PretrainRecipe, ids: torch.Tensor, seed: int, pro
     """Train one model -> (the HF ``*ForCausalLM``, a record of its losses)."""
     import transformers
 
-    from dlmlab.models.hf_hooked import HFHooked, quiet_transformers
+    from dlmlab.models.hf_hooked import HFHooked
     from dlmlab.training import TrainConfig, train
 
     cut = int(len(ids) * (1 - r.val_fraction))
@@ -184,8 +184,9 @@ def pretrain_one(arch: str, r: PretrainRecipe, ids: torch.Tensor, seed: int, pro
     t0 = time.process_time()
     hist = train(model, cfg, make_batch, lm_loss, out_dir=None, desc=desc or f"pretrain {arch}")
     val = _val_loss(model, va, r)
-    rec = {"train_loss_first": hist[0]["loss"] if hist else None, "train_loss_last": hist[-1]["loss"] if hist else None,
-           "val_loss": val, "val_bits_per_byte": val / math.log(2), "uniform_bits_per_byte": math.log2(BYTE_VOCAB),
+    rec = {"train_loss": [[row["step"], row["loss"]] for row in hist if "loss" in row],
+           "train_loss_last": hist[-1]["loss"] if hist else None, "val_loss": val,
+           "val_bits_per_byte": val / math.log(2), "uniform_bits_per_byte": math.log2(BYTE_VOCAB),
            "params": sum(p.numel() for p in model.parameters()), "train_cpu_s": time.process_time() - t0}
     return hf.eval(), rec
 
