@@ -199,3 +199,19 @@ def test_import_dlmlab_stays_cheap():
     code = "import sys, dlmlab; print(sorted(m for m in ('torch', 'dlmlab.loading') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("fmt, objective, shift, noise", [
+    ("gpt2", "ar", True, None), ("mamba", "ar", True, None),  # next-token logits: shifted
+    ("llada", "mdlm", False, "linear"), ("dream", "mdlm", True, "linear"),  # Dream's diffusion output is shifted
+])
+def test_hugging_face_shift_logits_and_noise(tmp_path, fmt, objective, shift, noise):
+    """Loaded.shift_logits: True for every AR model and Dream (HFInfo.shift_logits marks only Dream's);
+    Loaded.noise: the linear schedule for LLaDA / Dream, None for AR."""
+    pytest.importorskip("transformers")
+    from test_hf_auto import _save
+
+    _save(fmt, tmp_path)
+    run = dlmlab.load(tmp_path)
+    assert (run.objective, run.shift_logits) == (objective, shift)
+    assert (run.noise.name if run.noise is not None else None) == noise
