@@ -138,6 +138,10 @@ def test_missing_folder_is_a_user_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(UserError, match="cannot load"):
         load_hf_hooked(tmp_path)
+    _save("mamba", tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"garbage" * 10)  # truncated / corrupt weights
+    with pytest.raises(UserError, match="cannot load"):
+        load_hf_hooked(tmp_path / "m", n_out=2)
 
 
 def test_fused_mamba_equals_hf_path_in_float64(tmp_path):

@@ -219,10 +219,12 @@ def load_hf_hooked(path: str | Path, n_out: int = 0, dtype: torch.dtype = torch.
         raise CheckpointNotFound(f"no Hugging Face checkpoint at {path}: "
                                  "expected a save_pretrained folder with config.json")
     cls = AutoModelForCausalLM if n_out == 0 else AutoModel
+    from safetensors import SafetensorError
+
     try:
         with quiet_transformers():
             model = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, dtype=dtype)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, SafetensorError) as e:  # missing / corrupt / unknown-format files
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load the Hugging Face checkpoint at {path}: {first}") from e
     return HFHooked(model.eval(), n_out, fused_mamba)
