@@ -116,6 +116,12 @@ def test_reversal_finetune_under_torchrun_matches_one_process(tmp_path, subproce
     assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-5)
     for key in ("forward_acc", "reverse_acc"):
         assert b[key] == a[key]
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(tmp_path / "one" / "adapters.safetensors"), load_file(tmp_path / "two" / "adapters.safetensors")
+    assert set(wa) == set(wb) and all(".lora_" in k for k in wa)
+    for k, v in wa.items():
+        torch.testing.assert_close(wb[k], v, rtol=1e-4, atol=1e-5, msg=k)
     for s, t in zip(a["signatures"], b["signatures"], strict=True):
         for key in ("reverse_p", "reverse_p_control", "forward_p", "grad_cosine", "grad_cosine_control", "attn_corr"):
             assert t[key] == pytest.approx(s[key], rel=1e-4, abs=1e-6), key

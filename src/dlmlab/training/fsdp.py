@@ -51,6 +51,12 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: _full(v).detach().cpu() for k, v in model.state_dict().items()}
 
 
+def full_parameters(model: nn.Module, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
+    """The parameters whose name passes ``keep``, gathered whole as CPU tensors (e.g. only the LoRA adapters of a
+    sharded 8B model); a collective under FSDP: every rank calls it."""
+    return {n: _full(p).detach().cpu() for n, p in model.named_parameters() if keep(n)}
+
+
 EvalFn = Callable[[nn.Module, int], dict]
 
 

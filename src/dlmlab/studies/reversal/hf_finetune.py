@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,8 @@ from dlmlab.studies.reversal.real import (N_TEST_PER_FACT, N_TRAIN_PER_FACT, acc
                                           celebrity_items, distinct_argmax, prepare)
 from dlmlab.tasks.relations import ParentChild, load_person_description
 from dlmlab.training import TrainConfig
-from dlmlab.training.distributed import DistContext, init_from_env
-from dlmlab.training.fsdp import full_state_dict, shard, train_sharded
+from dlmlab.training.distributed import init_from_env
+from dlmlab.training.fsdp import full_parameters, shard, train_sharded
 from dlmlab.training.lora import LoraSettings, add_lora, is_adapter
 
 
@@ -146,12 +147,15 @@ class _Encoder:
         return self.tok.encode(text, add_special_tokens=False)
 
 
-def _device(name: str, ctx: DistContext) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", ctx.rank % torch.cuda.device_count())
-        return torch.device("cpu")
-    return torch.device(name)
+def _device(name: str) -> torch.device:
+    """The device of this process; under torchrun with GPUs, the rank's own GPU (``LOCAL_RANK``), made current
+    before the process group starts so that nccl sees one GPU per rank."""
+    local = os.environ.get("LOCAL_RANK")
+    if name in ("auto", "cuda") and torch.cuda.is_available():
+        if local is not None:
+            torch.cuda.set_device(int(local))
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu" if name == "auto" else name)
 
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
@@ -271,8 +275,8 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
     Returns the results dict; with ``out`` (rank 0) writes ``results.json``, ``metrics.jsonl`` and, with LoRA,
     ``adapters.safetensors``."""
     cfg.check()
+    dev = _device(cfg.device)
     ctx = init_from_env()
-    dev = _device(cfg.device, ctx)
     dtype = getattr(torch, cfg.dtype)
     model, info = load_model(cfg.model_path, dtype)
     tok = load_tokenizer(info.tokenizer_path)
@@ -343,8 +347,7 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
     res["history"] = history
     res["n_trainable_params"] = sum(p.numel() for p in lm.parameters() if p.requires_grad)
     res["config"] = dataclasses.asdict(cfg)
-    adapters = ({k: v for k, v in full_state_dict(model).items() if is_adapter(k)}
-                if cfg.lora is not None else None)  # a collective under FSDP: every rank takes part
+    adapters = full_parameters(model, is_adapter) if cfg.lora is not None else None  # every rank takes part
     if out is not None and ctx.is_main:
         _write(Path(out), res, adapters)
     ctx.barrier()
