@@ -27,7 +27,8 @@ def _export(module: str, *names: str) -> None:
 
 
 # what a model must have
-_export("requires", "UnsupportedModel", "LayerOutOfRange")
+_export("requires", "UnsupportedModel", "LayerOutOfRange", "require_residual", "require_attention",
+        "require_transformer", "require_hooks", "require_layer", "require_modules")
 _export("layers", "residual_layers")
 # run_with_cache's cache and its helpers
 _export("cache", "ActivationCache", "LogitLens", "MissingActivation", "to_str_tokens")
