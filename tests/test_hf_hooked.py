@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from dlmlab.errors import UserError
-from dlmlab.models.hf_hooked import HFHooked, TokenRangeError, load_hf_hooked
+from dlmlab.models.checks import ModelInputError
+from dlmlab.models.hf_hooked import HFHooked, load_hf_hooked
+from dlmlab.models.protocol import check_protocol
 
 transformers = pytest.importorskip("transformers")
 
@@ -117,7 +119,7 @@ def test_tagging_head_on_base(kind, tmp_path):
     # gradients flow into the HF weights through the hooks
     m(x).sum().backward()
     assert m.base.get_input_embeddings().weight.grad.abs().sum() > 0
-    with pytest.raises(TokenRangeError, match="token ids"):
+    with pytest.raises(ModelInputError, match="token id 40 out of range"):
         m(torch.tensor([[40]]))
     with pytest.raises(ValueError, match="LM head"):
         HFHooked(m.base, 0)
@@ -163,3 +165,28 @@ def test_fused_mamba_equals_hf_path_in_float64(tmp_path):
     for n in g1:
         torch.testing.assert_close(g1[n], g2[n], msg=n)
     assert type(fast.base.layers[0].mixer).forward is not fast.base.layers[0].mixer.forward.__func__
+
+
+@pytest.mark.parametrize("kind", ["neox", "mamba"])
+def test_follows_the_model_protocol(kind, tmp_path):
+    _save(kind, tmp_path)
+    m = load_hf_hooked(tmp_path)
+    check_protocol(m)
+    assert m.family == {"neox": "transformer", "mamba": "mamba"}[kind] and m.residual_stream
+    x = _tokens()
+    add = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = m(x, attn_mask="causal", prompt_len=3)
+        torch.testing.assert_close(y, m(x))
+        with m.cache(["embed"]) as c:
+            m(x)
+        with m.replace({"blocks.0.resid_pre": c["embed"] + add}):
+            want = m(x)
+        with m.cache(["embed"]) as c2:
+            got = m(x, embed_add=add)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(c2["embed"], c["embed"])  # embed_add comes after the embed point
+    with pytest.raises(ModelInputError, match="causal"):
+        m(x, attn_mask="bidirectional")
+    with pytest.raises(ModelInputError, match="kv_cache"):
+        m(x, kv_cache=object())

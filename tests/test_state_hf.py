@@ -61,7 +61,7 @@ def test_hooks_match_hidden_states(kind, tmp_path):
         with m.replace({"blocks.0.resid_post": lambda a: a * 0}):
             y0 = m(x)
     assert y.shape == (2, 9, 3) and (y - y0).abs().max() > 1e-3
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ValueError, match="token id"):
         m(torch.tensor([[40]]))
 
 

@@ -40,10 +40,11 @@ from torch import nn
 
 from dlmlab.errors import UserError
 from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.models.checks import check_causal_keywords, check_tokens
+from dlmlab.models.protocol import family_name
 
-
-class TokenRangeError(UserError, ValueError):
-    """A token id outside the checkpoint's vocabulary."""
+#: protocol family of a Hugging Face ``model_type`` (other decoders count as transformers)
+FAMILY_OF_MODEL_TYPE = {"mamba": "mamba", "mamba2": "mamba2"}
 
 
 class CheckpointNotFound(UserError, FileNotFoundError):
@@ -132,7 +133,13 @@ class HFHooked(HookedModule):
     ``fused_mamba``: the Mamba mixers (``MambaMixer``) run full sequences with the toolkit's fused
     CPU selective scan instead of HF's reference PyTorch path (same result to float rounding,
     ~10x faster; the mixers of the wrapped HF model itself are switched, per instance).
+
+    Protocol (:mod:`dlmlab.models.protocol`): ``family`` "mamba" / "mamba2" for those model types, else
+    "transformer"; a residual stream; no KV cache; no attention hook points.
     """
+
+    residual_stream = True  # resid_post = resid_pre + mixer_out (+ mlp_out)
+    supports_kv_cache = False
 
     def __init__(self, model: nn.Module, n_out: int = 0, fused_mamba: bool = True) -> None:
         super().__init__()
@@ -146,6 +153,7 @@ class HFHooked(HookedModule):
             if head is None:
                 raise ValueError(f"{type(model).__name__} has no LM head; load a *ForCausalLM model or give n_out > 0")
         self.__dict__["hf_model"] = model  # not a submodule: its parameters are base's and head's
+        self.family = FAMILY_OF_MODEL_TYPE.get(getattr(base.config, "model_type", ""), "transformer")
         self.base, self.head = base, head
         self.n_out = n_out or head.out_features
         self.vocab_size = base.get_input_embeddings().num_embeddings
@@ -172,16 +180,24 @@ class HFHooked(HookedModule):
         return len(self.blocks)
 
     def check_tokens(self, tokens: torch.Tensor) -> None:
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"tokens must be an integer [batch, seq] tensor, got {tokens.dtype} {tuple(tokens.shape)}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise TokenRangeError(f"token ids must be in [0, {self.vocab_size}) for this checkpoint, "
-                                  f"got [{int(tokens.min())}, {int(tokens.max())}]")
+        """Raise :class:`~dlmlab.models.checks.ModelInputError` unless tokens are [B,T] ints in [0, vocab_size)."""
+        check_tokens(tokens, self.vocab_size, "for this checkpoint")
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B,T] -> logits [B,T,n_out]."""
+    def forward(self, tokens: torch.Tensor, *, attn_mask: str | None = None,
+                prompt_len: torch.Tensor | int | None = None, embed_add: torch.Tensor | None = None,
+                kv_cache=None) -> torch.Tensor:
+        """tokens [B,T] -> logits [B,T,n_out].
+
+        The protocol's keywords: ``attn_mask`` ``None`` / ``"causal"`` (these decoders are causal; anything
+        else is refused); ``prompt_len`` ignored (it only matters for a "hybrid" mask); ``embed_add``
+        [B,T,D] added to the input embedding after the ``embed`` hook point; ``kv_cache`` refused.
+        """
         self.check_tokens(tokens)
-        h = self.base(input_ids=tokens, use_cache=False).last_hidden_state
+        check_causal_keywords(family_name(self), attn_mask, kv_cache)
+        x = self.base.get_input_embeddings()(tokens)  # runs the embed hook point
+        if embed_add is not None:
+            x = x + embed_add
+        h = self.base(inputs_embeds=x, use_cache=False).last_hidden_state
         return self.logits(self.head(self.final(h)))
 
 
