@@ -58,7 +58,8 @@ def _llada_folder(path, hf, mask_id: int):
         p, b = f"model.layers.{i}.", f"{pre}blocks.{i}."
         w |= {b + "attn_norm.weight": sd[p + "input_layernorm.weight"],
               b + "ff_norm.weight": sd[p + "post_attention_layernorm.weight"],
-              b + "attn_out.weight": sd[p + "self_attn.o_proj.weight"], b + "ff_out.weight": sd[p + "mlp.down_proj.weight"],
+              b + "attn_out.weight": sd[p + "self_attn.o_proj.weight"],
+              b + "ff_out.weight": sd[p + "mlp.down_proj.weight"],
               b + "ff_proj.weight": sd[p + "mlp.gate_proj.weight"], b + "up_proj.weight": sd[p + "mlp.up_proj.weight"]}
         w |= {b + f"{n}_proj.weight": sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"}
     cfg = {"model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": c.hidden_size,
@@ -101,8 +102,9 @@ def test_finetune_end_to_end(tmp_path, tokenizer, fmt, objective, shift):
     ck = make_checkpoint(tmp_path / fmt, fmt, tokenizer)
     res = finetune(_cfg(ck, eval_every=2, lora=LoraSettings(r=4) if fmt == "llada" else None), tmp_path / "out",
                    progress=False)
-    assert (res["format"], res["objective"], res["shift_logits"]) == (fmt.replace("dream", "dream"), objective, shift)
-    assert res["mask_id"] == (tokenizer.mask_token_id if objective == "mdm" else res["mask_id"])
+    assert (res["format"], res["objective"], res["shift_logits"]) == (fmt, objective, shift)
+    if objective == "mdm":
+        assert res["mask_id"] == tokenizer.mask_token_id  # from the checkpoint's config.json
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     for key in ("forward_acc", "reverse_acc", "forward_acc_per_token", "reverse_acc_per_token"):
         assert 0.0 <= saved[key] <= 1.0 and saved[key] == saved["signatures"][-1][key]
@@ -201,8 +203,8 @@ def test_tokenizer_with_remote_class_loads_without_running_it(tmp_path, tokenize
 
     tokenizer.save_pretrained(tmp_path)
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    cfg.update(tokenizer_class="DreamTokenizer", auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
-               bos_token={"content": "[BOS]", "special": True})
+    cfg.update(tokenizer_class="DreamTokenizer", bos_token={"content": "[BOS]", "special": True},
+               auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]})
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
     (tmp_path / "tokenization_dream.py").write_text(f"open({str(tmp_path / 'EXECUTED')!r}, 'w')\n")
     tok = load_tokenizer(tmp_path)

@@ -84,7 +84,8 @@ def train_sharded(model: nn.Module, cfg: TrainConfig, make_batch: MakeBatch, los
             loss, metrics = loss_fn(model, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            gnorm = float(_full(torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip if cfg.grad_clip else float("inf"))))
+            clip = cfg.grad_clip if cfg.grad_clip else float("inf")  # 0: no clipping, the norm is still logged
+            gnorm = float(_full(torch.nn.utils.clip_grad_norm_(trainable, clip)))
             if ctx.any(not (torch.isfinite(loss.detach()).item() and gnorm == gnorm and abs(gnorm) != float("inf"))):
                 raise NonFiniteLoss(f"training stopped at step {step}: the loss or gradient norm became NaN or "
                                     "infinite; lower train.lr, set train.grad_clip, or check the data")

@@ -243,8 +243,8 @@ def ranking(lm, task, kind, items, cfg: HFFinetuneConfig) -> dict:
     truth = np.array([it[2] for it in items])
     true = np.zeros_like(p, dtype=bool)
     true[np.arange(len(items)), truth] = True
-    return {"acc": accuracy(s, items), "acc_per_token": accuracy(per_token, items), "distinct_argmax": distinct_argmax(s),
-            "p": float(p[true].mean()), "p_control": float(p[~true].mean())}
+    return {"acc": accuracy(s, items), "acc_per_token": accuracy(per_token, items),
+            "distinct_argmax": distinct_argmax(s), "p": float(p[true].mean()), "p_control": float(p[~true].mean())}
 
 
 def signatures(lm, task, kind, objective, mask_id, docs, cfg: HFFinetuneConfig) -> dict:
@@ -373,7 +373,7 @@ def build_config(a: argparse.Namespace) -> HFFinetuneConfig:
            "dtype": a.dtype, "device": a.device, "seed": a.seed, "eval_every": a.eval_every,
            "n_signature_facts": a.n_signature_facts, "eval_chunk": a.eval_chunk}
     base |= {k: v for k, v in top.items() if v is not None}
-    train = dict(base.get("train") or dataclasses.asdict(HFFinetuneConfig.__dataclass_fields__["train"].default_factory()))
+    train = dict(base.get("train") or dataclasses.asdict(HFFinetuneConfig(model_path="-").train))
     train |= {k: v for k, v in {"steps": a.steps, "batch_size": a.batch_size, "lr": a.lr}.items() if v is not None}
     if a.steps is not None:
         train["warmup_steps"] = min(train.get("warmup_steps", 0), a.steps)
