@@ -8,6 +8,7 @@ Works on any toolkit model (hook names) that outputs per-position logits [B, T, 
   :func:`pca_basis` (top principal directions), :func:`random_basis` (control);
 * :func:`tagging_accuracy` -> accuracy of argmax logits against labels, optionally under
   interventions ``{hook: fn}``;
+* :func:`per_sequence_accuracy` -> [B] accuracy of each sequence (same interventions);
 * :func:`ablation_drops` -> for several bases and several evaluation sets (e.g. lengths
   40 ... 120), base accuracy, ablated accuracy and drop.
 """
@@ -89,6 +90,29 @@ def tagging_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
     finally:
         model.train(was_training)
     return correct / max(1, labels.numel())
+
+
+@torch.no_grad()
+def per_sequence_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
+                          interventions: Mapping[str, Callable] | None = None, batch_size: int = 256) -> np.ndarray:
+    """tokens, labels [B, T] -> [B] fraction of each sequence's positions where argmax logits == labels."""
+    if labels.shape != tokens.shape:
+        raise ValueError(f"labels {tuple(labels.shape)} must match tokens {tuple(tokens.shape)}")
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for i in range(0, tokens.shape[0], batch_size):
+            x = tokens[i:i + batch_size]
+            if interventions:
+                with model.replace(dict(interventions)):
+                    logits = model(x)
+            else:
+                logits = model(x)
+            out.append((logits.argmax(-1).cpu() == labels[i:i + batch_size]).double().mean(-1).numpy())
+    finally:
+        model.train(was_training)
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def ablation_drops(model, eval_sets: Mapping, hook: str, bases: Mapping[str, object],

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dlmlab.analysis.direction_ablation import (ablation_drops, pca_basis, probe_basis, project_out,
+from dlmlab.analysis.direction_ablation import (ablation_drops, per_sequence_accuracy, probe_basis, project_out,
                                                 random_basis, tagging_accuracy)
 from dlmlab.analysis.layer_probes import best_layer, collect_states, probe_layers, residual_layers
 from dlmlab.analysis.patching import patch_positions
@@ -80,12 +80,35 @@ def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps:
 
 @dataclass
 class EvalData:
-    """Fixed evaluation data of one task (same for every architecture)."""
+    """Fixed evaluation data of one task (same for every architecture and seed)."""
 
     by_len: dict  # length -> (tokens, labels), held-out (code: test files)
     probe: tuple  # (tokens, labels) at train_len
     patch: tuple | None = None  # (clean, corrupted, clean_label, corrupt_label, corrupt_pos)
-    extra: dict = field(default_factory=dict)
+    chance: dict = field(default_factory=dict)  # length -> majority-label rate of by_len's labels
+
+
+def majority_rate(labels: torch.Tensor) -> float:
+    """Accuracy of always predicting the most frequent label of ``labels`` [B,T] (the chance level)."""
+    return float(torch.bincount(labels.flatten()).max()) / max(1, labels.numel())
+
+
+def patch_data(task, p: StatePreset, gen: torch.Generator, pos: int):
+    """(clean, corrupted, clean_label, corrupt_label, pos) of up to ``p.patch_seqs`` rows whose corruption
+    at ``pos`` is valid and changes the last label; candidates are drawn in rounds of ``4 * patch_seqs``."""
+    keep_x = []
+    n = 0
+    for _ in range(50):  # Code-Depth keeps a few percent of its windows (a depth-changing token at ``pos``)
+        x, _ = sample(task, 4 * p.patch_seqs, p.train_len, gen, "test")
+        x = x[task.corruptible(x, pos)]
+        x = x[task.labels(x)[:, -1] != task.labels(task.corrupt(x, pos))[:, -1]]
+        keep_x.append(x)
+        n += len(x)
+        if n >= p.patch_seqs:
+            break
+    clean = torch.cat(keep_x)[:p.patch_seqs]
+    corrupted = task.corrupt(clean, pos)
+    return clean, corrupted, task.labels(clean)[:, -1], task.labels(corrupted)[:, -1], pos
 
 
 def eval_data(task, p: StatePreset) -> EvalData:
@@ -94,38 +117,52 @@ def eval_data(task, p: StatePreset) -> EvalData:
     probe = sample(task, p.probe_seqs, p.train_len, g(7), "test")
     patch = None
     if task.name in p.patch_tasks and hasattr(task, "corrupt"):
-        clean, _ = sample(task, p.patch_seqs, p.train_len, g(11), "test")
-        c = p.train_len // 2
-        corrupted = task.corrupt(clean, c)
-        a, b = task.labels(clean)[:, -1], task.labels(corrupted)[:, -1]
-        keep = a != b
-        patch = (clean[keep], corrupted[keep], a[keep], b[keep], c)
-    return EvalData(by_len, probe, patch)
+        patch = patch_data(task, p, g(11), p.train_len // 2)
+    return EvalData(by_len, probe, patch, {L: majority_rate(y) for L, (_, y) in by_len.items()})
 
 
 def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool = True,
              analyse: bool = True) -> dict:
-    """Train ``variant`` on ``task`` and analyse it -> a JSON-able dict of measurements."""
+    """Train ``variant`` on ``task`` (seed ``p.seed``) and analyse it -> a JSON-able dict of measurements.
+
+    ``acc_by_len`` {length: per-token accuracy}; ``acc_per_seq`` {length: [eval_seqs] per-sequence
+    accuracy}; ``chance`` {length: majority-label rate}; ``above_chance`` (at ``train_len``: accuracy >=
+    chance + ``chance_margin``), ``above_chance_by_len``; ``learned`` (>= ``learned_acc``); ``curve``:
+    [[step, training-batch accuracy, loss], ...] logged ten times over training.
+    """
     torch.manual_seed(p.seed)
     model = build(variant, task, p)
     from dlmlab.models.factory import count_params
 
     t0 = time.perf_counter()
     hist = train_on_task(model, task, p, progress, desc=f"{variant}/{task.name}", arch=variant)
-    cell: dict = {"arch": variant, "task": task.name, "params": count_params(model),
+    cell: dict = {"arch": variant, "task": task.name, "seed": p.seed, "params": count_params(model),
                   "train_time_s": time.perf_counter() - t0, "steps": p.steps_for(task.name, variant),
-                  "lr": p.lr_for(variant),
+                  "lr": p.lr_for(variant), "batch_size": p.batch_size, "train_len": p.train_len,
                   "final_train_loss": hist[-1]["loss"] if hist else None,
-                  "final_train_acc": hist[-1].get("acc") if hist else None}
-    cell["acc_by_len"] = {L: tagging_accuracy(model, x, y) for L, (x, y) in data.by_len.items()}
+                  "final_train_acc": hist[-1].get("acc") if hist else None,
+                  "curve": [[r["step"], r.get("acc"), r.get("loss")] for r in hist]}
+    per_seq = {L: per_sequence_accuracy(model, x, y) for L, (x, y) in data.by_len.items()}
+    cell["acc_per_seq"] = {L: v.tolist() for L, v in per_seq.items()}
+    cell["acc_by_len"] = {L: float(v.mean()) for L, v in per_seq.items()}
+    cell["chance"] = dict(data.chance)
+    cell["above_chance_by_len"] = {L: bool(cell["acc_by_len"][L] >= data.chance[L] + p.chance_margin)
+                                   for L in data.by_len}
+    cell["above_chance"] = cell["above_chance_by_len"][p.train_len]
     cell["learned"] = bool(cell["acc_by_len"][p.train_len] >= p.learned_acc)
     if analyse:
         cell.update(analyse_model(model, data, p))
     return cell
 
 
+def _subset(by_len: dict, n: int) -> dict:
+    """The first ``n`` sequences of every evaluation length (0 = all)."""
+    return {L: (x[:n], y[:n]) if n else (x, y) for L, (x, y) in by_len.items()}
+
+
 def analyse_model(model, data: EvalData, p: StatePreset) -> dict:
-    """Probes per layer, ablations at the best layer (all lengths), per-layer ablation, patching."""
+    """Probes per layer; ablations at the best block (all lengths); per-layer probe-subspace ablation against a
+    random subspace of equal rank; activation patching per position and layer."""
     t1 = time.perf_counter()
     cell: dict = {}
     names = residual_layers(model)
@@ -133,35 +170,46 @@ def analyse_model(model, data: EvalData, p: StatePreset) -> dict:
     states = collect_states(model, xs, names)
     probes = probe_layers(model, xs, ys, names, max_samples=p.probe_samples, seed=p.seed,
                           max_iter=p.probe_max_iter, states=states)
-    best = best_layer([lp.accuracy for lp in probes])
+    acc = [lp.accuracy for lp in probes]
+    best = best_layer(acc)
+    block = 1 + best_layer(acc[1:])  # best block (the embedding only carries token identity)
     cell["probes"] = [lp.to_dict() for lp in probes]
     cell["best_layer"] = best
+    cell["best_block"] = block
     cell["n_layers"] = len(names) - 1
-    # ablations at the best probe layer, at every evaluation length
-    hook, bp = names[best], probes[best].probe
+    # ablations at the best block, at every evaluation length
+    hook, bp = names[block], probes[block].probe
     D = states[hook].shape[-1]
     sub = probe_basis(bp)
     k = int(np.linalg.matrix_rank(sub))
-    X = states[hook].flatten(0, 1)
     bases = {"probe_dir": bp.direction[None], "random_dir": random_basis(D, 1, p.seed),
-             "probe_subspace": sub, "pca": pca_basis(X, k), "random_subspace": random_basis(D, k, p.seed + 1)}
+             "probe_subspace": sub, "random_subspace": random_basis(D, k, p.seed + 1)}
     cell["ablation_hook"] = hook
     cell["ablation_k"] = k
-    cell["ablation"] = ablation_drops(model, data.by_len, hook, bases)
-    # per-layer causal profile: project out each layer's probe subspace (train length)
-    x0, y0 = data.by_len[p.train_len]
+    cell["ablation"] = ablation_drops(model, _subset(data.by_len, p.ablation_seqs), hook, bases)
+    # per-layer causal profile: project out each layer's probe subspace, and a random subspace of the same
+    # rank as its control (train length)
+    x0, y0 = _subset(data.by_len, p.ablation_seqs)[p.train_len]
     base0 = tagging_accuracy(model, x0, y0)
-    cell["layer_ablation_drop"] = [
-        base0 - tagging_accuracy(model, x0, y0, {n: project_out(probe_basis(lp.probe))}) for n, lp in zip(names, probes)
-    ]
+    drops, ctrl = [], []
+    for i, (n, lp) in enumerate(zip(names, probes)):
+        b = probe_basis(lp.probe)
+        drops.append(base0 - tagging_accuracy(model, x0, y0, {n: project_out(b)}))
+        rk = int(np.linalg.matrix_rank(b))
+        rnd = random_basis(states[n].shape[-1], rk, p.seed + 2 + i)
+        ctrl.append(base0 - tagging_accuracy(model, x0, y0, {n: project_out(rnd)}))
+    cell["layer_ablation_drop"] = drops
+    cell["layer_random_drop"] = ctrl
     if data.patch is not None and len(data.patch[0]) >= 2:
         clean, corrupted, a, b, c = data.patch
-        positions = None if p.patch_all_positions else sorted({0, c - 1, c, c + 1, p.train_len - 2, p.train_len - 1})
+        T = clean.shape[1]
+        positions = None if p.patch_all_positions else sorted({0, c - 1, c, c + 1, T - 2, T - 1})
         res = patch_positions(model, clean, corrupted, a, b, names, positions=positions, target_pos=-1)
         pos = res.positions
-        cell["patching"] = {"corrupt_pos": c, "clean_gap": res.clean_gap, "corrupt_gap": res.corrupt_gap,
+        cell["patching"] = {"corrupt_pos": c, "n_seqs": int(len(clean)), "clean_gap": res.clean_gap,
+                            "corrupt_gap": res.corrupt_gap,
                             "at_corrupt_pos": res.recovered[:, pos.index(c)].tolist(),
-                            "at_last_pos": res.recovered[:, pos.index(p.train_len - 1)].tolist(),
+                            "at_last_pos": res.recovered[:, pos.index(T - 1)].tolist(),
                             "positions": pos, "recovered": res.recovered.tolist()}
     cell["analysis_time_s"] = time.perf_counter() - t1
     return cell

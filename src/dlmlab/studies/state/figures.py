@@ -25,11 +25,12 @@ def probe_by_layer(cells, tasks, archs, out) -> dict:
                 continue
             acc = [p["accuracy"] for p in c["probes"]]
             ctrl += [p["control_accuracy"] for p in c["probes"]]
-            learned = bool(c.get("learned", False))
-            st = dict(_style(a), **({} if learned else {"alpha": 0.35, "linestyle": ":"}))
-            a_.plot(range(len(acc)), acc, label=a if learned else f"{a} (not learned)", **st)
-            a_.plot([c["best_layer"]], [acc[c["best_layer"]]], marker="*", color=COLORS.get(a, "k"), markersize=10,
-                    alpha=1.0 if learned else 0.35)
+            counted = bool(c.get("above_chance", False))
+            tag = "" if c.get("learned") else " (partial)" if counted else " (at chance)"
+            st = dict(_style(a), **({} if counted else {"alpha": 0.35, "linestyle": ":"}))
+            a_.plot(range(len(acc)), acc, label=a + tag, **st)
+            b = c.get("best_block", c.get("best_layer", 0))
+            a_.plot([b], [acc[b]], marker="*", color=COLORS.get(a, "k"), markersize=10, alpha=1.0 if counted else 0.35)
         if ctrl:
             a_.axhline(float(np.mean(ctrl)), color="grey", linestyle=":", label="control (mean)")
         a_.set_title(t)
@@ -39,12 +40,12 @@ def probe_by_layer(cells, tasks, archs, out) -> dict:
             a_.set_ylabel("held-out probe accuracy")
             a_.legend(fontsize=7)
     return save_figure(fig, out, "probe_by_layer",
-                       "Probe accuracy by layer per architecture per task (star: best layer; grey dotted: control task; "
-                       "faint dotted lines: models that did not learn the task)")
+                       "Probe accuracy by layer per architecture per task (star: best block; grey dotted: control task; "
+                       "faint dotted lines: models at chance on the task, not counted by the claims)")
 
 
 def ablation_drops(cells, tasks, archs, train_len, out) -> dict:
-    kinds = ["probe_dir", "random_dir", "probe_subspace", "pca", "random_subspace"]
+    kinds = ["probe_dir", "random_dir", "probe_subspace", "random_subspace"]
     fig, ax = new_figure(ncols=len(tasks), width=3.8, height=3.2)
     w = 0.8 / len(kinds)
     for j, t in enumerate(tasks):
@@ -61,15 +62,15 @@ def ablation_drops(cells, tasks, archs, train_len, out) -> dict:
             a_.set_ylabel(f"accuracy drop (length {train_len})")
             a_.legend(fontsize=6)
     return save_figure(fig, out, "ablation_drops",
-                       "Accuracy drop from projecting out directions at the best probe layer (train length)")
+                       "Accuracy drop from projecting out directions at the best block (train length)")
 
 
-def ood_lengths(cells, tasks, archs, train_len, out) -> dict:
+def ood_lengths(cells, conv_runs, tasks, archs, train_len, out) -> dict:
     fig, ax = new_figure(ncols=len(tasks), width=3.6, height=3.2)
     for j, t in enumerate(tasks):
         a_ = ax[0, j]
         for a in archs:
-            c = cells.get((a, t))
+            c = cells.get((a, t), conv_runs.get((a, t, 0)))
             if c is None:
                 continue
             lens = sorted(int(k) for k in c["acc_by_len"])
@@ -81,7 +82,59 @@ def ood_lengths(cells, tasks, archs, train_len, out) -> dict:
         if j == 0:
             a_.set_ylabel("per-token accuracy")
             a_.legend(fontsize=7)
-    return save_figure(fig, out, "ood_length", f"Per-token accuracy vs evaluation length (trained at {train_len})")
+    return save_figure(fig, out, "ood_length", f"Per-token accuracy vs evaluation length (trained at {train_len}; "
+                       "Mamba without Conv1D dashed, seed 0)")
+
+
+def training_curves(cells, tasks, archs, out) -> dict:
+    fig, ax = new_figure(ncols=len(tasks), width=3.6, height=3.2)
+    for j, t in enumerate(tasks):
+        a_ = ax[0, j]
+        for a in archs:
+            curve = cells.get((a, t), {}).get("curve") or []
+            if curve:
+                a_.plot([r[0] for r in curve], [r[1] for r in curve], label=a, **_style(a))
+        a_.set_title(t)
+        a_.set_xlabel("training step")
+        a_.set_ylim(0, 1.02)
+        if j == 0:
+            a_.set_ylabel("training-batch accuracy")
+            a_.legend(fontsize=7)
+    return save_figure(fig, out, "training_curves", "Training-batch per-token accuracy over steps (the budget each "
+                       "architecture had, and whether it was still rising)")
+
+
+def patching_grid(cells, tasks, archs, out) -> dict | None:
+    """Heat map per (task, architecture): fraction of the logit gap recovered per patched layer and position."""
+    tasks = [t for t in tasks if any("patching" in cells.get((a, t), {}) for a in archs)]
+    if not tasks:
+        return None
+    fig, ax = new_figure(nrows=len(tasks), ncols=len(archs), width=2.4, height=2.2)
+    im = None
+    for i, t in enumerate(tasks):
+        for j, a in enumerate(archs):
+            a_ = ax[i, j]
+            pa = cells.get((a, t), {}).get("patching")
+            if pa is None:
+                a_.axis("off")
+                continue
+            r = np.asarray(pa["recovered"], dtype=float)
+            im = a_.imshow(r, vmin=-0.2, vmax=1.2, cmap="viridis", aspect="auto", origin="lower")
+            a_.set_xticks(range(len(pa["positions"])))
+            a_.set_xticklabels(pa["positions"], fontsize=6)
+            a_.set_yticks(range(r.shape[0]))
+            a_.tick_params(labelsize=6)
+            a_.set_title(f"{t} / {a}", fontsize=8)
+            if j == 0:
+                a_.set_ylabel("layer", fontsize=7)
+            if i == len(tasks) - 1:
+                a_.set_xlabel("patched position", fontsize=7)
+    if im is not None:
+        cax = ax[0, -1].inset_axes([1.04, 0.0, 0.06, 1.0])  # inside the grid: tight_layout leaves it alone
+        fig.colorbar(im, cax=cax).set_label("recovered", fontsize=7)
+    return save_figure(fig, out, "patching_grid", "Activation patching clean -> corrupted per layer (rows, 0 = "
+                       "embedding) and patched position (columns; the corrupted token in the middle): fraction of the "
+                       "last position's logit gap recovered")
 
 
 def patching(cells, tasks, archs, out) -> dict | None:

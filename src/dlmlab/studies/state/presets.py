@@ -19,8 +19,13 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     ``steps`` maps ``task`` or ``"arch/task"`` -> training steps (the more specific key wins;
     missing -> ``default_steps``); ``lr_by_arch`` maps arch -> learning rate (missing -> ``lr``).
     ``mamba-noconv`` uses its own key if present, else Mamba's (same recipe for the conv ablation).
-    A cell counts as *learned* when its per-token accuracy at ``train_len`` is >= ``learned_acc``;
-    claims about probe / ablation profiles use learned cells only.
+    A cell is *above chance* when its per-token accuracy at ``train_len`` is >= the majority-label rate of
+    the evaluation labels + ``chance_margin``; claims about probe / ablation / patching profiles use every
+    cell above chance, and mark those below ``learned_acc`` as *partial*.
+    ``ablation_seqs``: sequences per length used for the ablations (0 = all ``eval_seqs``).
+    ``conv_seeds``: seeds of Mamba with and without Conv1D on each of ``conv_tasks`` (seed 0 = the main cell).
+    ``pretrain_small``: "" (off), or the name of the small-pretraining recipe ("smoke" / "cpu") that
+    pretrains small GPT-NeoX and Mamba checkpoints when no ``pretrained_paths`` are given.
     ``pretrained_paths``: local Hugging Face checkpoints (Pythia / Mamba) for the
     pretrained-scale part (also read from the env var ``DLMLAB_STATE_PRETRAINED``,
     comma-separated); empty -> that part is skipped with a note.
@@ -36,6 +41,7 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     lr: float = 3e-3
     lr_by_arch: dict = field(default_factory=dict)
     learned_acc: float = 0.95
+    chance_margin: float = 0.1
     warmup_steps: int = 20
     train_len: int = 40
     eval_lens: list[int] = field(default_factory=lambda: [40, 60, 80, 100, 120])
@@ -43,14 +49,18 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     probe_seqs: int = 128  # sequences (of train_len) whose states are probed
     probe_samples: int = 2000  # positions per probe
     probe_max_iter: int = 200
-    conv_ablation: bool = True  # also train Mamba without Conv1D on every task
-    patch_tasks: list[str] = field(default_factory=lambda: ["parity", "s3"])
+    ablation_seqs: int = 0
+    conv_ablation: bool = True  # also train Mamba without Conv1D on conv_tasks, conv_seeds seeds
+    conv_seeds: int = 3
+    conv_tasks: list[str] = field(default_factory=lambda: ["parity", "s3", "dyck"])
+    patch_tasks: list[str] = field(default_factory=lambda: list(ALL_TASKS))
     patch_seqs: int = 64
     patch_all_positions: bool = False  # False: patch positions 0, c-1, c, c+1, T-2, T-1 only
     dyck_k: int = 2
     dyck_max_depth: int = 10
     code_max_files: int = 0  # 0 = all top-level stdlib files
     code_max_depth: int = 15
+    pretrain_small: str = ""
     pretrained_paths: list[str] = field(default_factory=list)
     pretrained_task: str = "parity"
     pretrained_steps: int = 300
@@ -89,6 +99,13 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
         require(all(n >= 4 for n in self.eval_lens), "eval_lens must be >= 4")
         require(self.eval_seqs > 0 and self.probe_seqs >= 8 and self.probe_samples >= 100, "eval/probe sizes too small")
         require(self.patch_seqs >= 4, "patch_seqs must be >= 4")
+        require(0 <= self.chance_margin < 1, f"chance_margin must be in [0, 1), got {self.chance_margin}")
+        require(0 <= self.ablation_seqs, f"ablation_seqs must be >= 0, got {self.ablation_seqs}")
+        require(self.conv_seeds >= 1, f"conv_seeds must be >= 1, got {self.conv_seeds}")
+        bad = sorted(set(self.conv_tasks) - set(ALL_TASKS)) + sorted(set(self.patch_tasks) - set(ALL_TASKS))
+        require(not bad, f"conv_tasks / patch_tasks: unknown task(s) {bad}; choose from {ALL_TASKS}")
+        require(self.pretrain_small in ("", "smoke", "cpu"),
+                f"pretrain_small must be '', 'smoke' or 'cpu', got {self.pretrain_small!r}")
         require(self.pretrained_task in ALL_TASKS, f"pretrained_task must be one of {ALL_TASKS}")
 
 
@@ -102,7 +119,7 @@ def _lookup_archs(arch: str | None) -> list[str]:
 PRESETS: dict[str, StatePreset] = {
     "smoke": StatePreset(d_model=32, n_layers=2, default_steps=25, batch_size=16, eval_lens=[40, 80],
                          eval_seqs=16, probe_seqs=16, probe_samples=300, probe_max_iter=100, patch_seqs=8,
-                         code_max_files=6),
+                         code_max_files=6, pretrain_small="smoke"),
     # cpu: LSTM / GRU need lr 1e-2 and many (cheap) steps to learn S3 (lr 3e-3 x 800 steps: LSTM 0.60);
     # Mamba / Mamba-2 / Transformer do not learn Parity / S3 in reach of this budget (Mamba-2 Parity at
     # lr 1e-2 x 300 steps: 0.80), so they keep the short default recipe.  Batch 16 and three evaluation

@@ -16,7 +16,7 @@ from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.state import figures
 from dlmlab.studies.state.cells import build, eval_data, make_task, run_cell
-from dlmlab.studies.state.claims import all_claims
+from dlmlab.studies.state.claims import all_claims, largest_jump_layer
 from dlmlab.studies.state.presets import PRESETS, StatePreset
 from dlmlab.studies.threads import threads_for, torch_threads
 from dlmlab.training import TrainConfig
@@ -38,8 +38,18 @@ def availability(variants: list[str], p: StatePreset) -> tuple[list[str], dict[s
     return ok, missing
 
 
-def _cell_json(c: dict) -> dict:
-    return {k: v for k, v in c.items()}
+# Relative CPU cost of one training sequence of length 40 per variant (measured, one thread, d_model 128):
+# only orders the jobs, longest first, so two workers finish together; results do not depend on it.
+SEQ_COST = {"transformer": 2.6, "mamba": 5.2, "mamba-noconv": 5.1, "mamba2": 9.0, "lstm": 1.9, "gru": 3.0}
+
+Key = tuple  # (variant, task, seed); seed 0 of a main architecture is its analysed cell
+
+
+# Relative CPU cost of one training sequence of length 40 per variant (measured, one thread, d_model 128):
+# only orders the jobs, longest first, so two workers finish together; results do not depend on it.
+SEQ_COST = {"transformer": 2.6, "mamba": 5.2, "mamba-noconv": 5.1, "mamba2": 9.0, "lstm": 1.9, "gru": 3.0}
+
+Key = tuple  # (variant, task, seed); seed 0 of a main architecture is its analysed cell
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
@@ -54,6 +64,24 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
         return _run(p, preset, Path(out), progress)
 
 
+def job_keys(p: StatePreset, archs: list[str]) -> list[Key]:
+    """Every training run of the study: each main architecture on each task (seed 0, analysed), then Mamba
+    with (seeds 1...) and without Conv1D (seeds 0...) on the Conv1D tasks."""
+    main = [a for a in archs if a != "mamba-noconv"]
+    keys = [(a, t, 0) for t in p.tasks for a in main]
+    if "mamba" in archs and "mamba-noconv" in archs:
+        for t in [t for t in p.conv_tasks if t in p.tasks]:
+            keys += [("mamba", t, s) for s in range(1, p.conv_seeds)]
+            keys += [("mamba-noconv", t, s) for s in range(p.conv_seeds)]
+    return keys
+
+
+def _cost(key: Key, p: StatePreset) -> float:
+    v, t, s = key
+    analysed = 1.3 if (s == 0 and v != "mamba-noconv") else 1.0
+    return SEQ_COST.get(v, 5.0) * p.steps_for(t, v) * p.batch_size * analysed
+
+
 def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
     from dlmlab.studies.state import TITLE
 
@@ -62,56 +90,84 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
 
     variants = list(p.archs) + (["mamba-noconv"] if p.conv_ablation and "mamba" in p.archs else [])
     archs, missing = availability(variants, p)
-    keys = [(a, t) for t in p.tasks for a in archs]
-    cells: dict = {k: c for k in keys if (c := load_cell(out, k, p)) is not None}
-    todo = [k for k in keys if k not in cells]
-    tasks = {t: make_task(t, p) for t in dict.fromkeys(t for _, t in todo)}
+    keys = job_keys(p, archs)
+    runs: dict = {k: c for k in keys if (c := load_cell(out, k, p)) is not None}
+    todo = sorted((k for k in keys if k not in runs), key=lambda k: -_cost(k, p))  # longest first
+    tasks = {t: make_task(t, p) for t in dict.fromkeys(t for _, t, _ in todo)}
     data = {t: eval_data(task, p) for t, task in tasks.items()}
-    jobs = [(a, tasks[t], data[t], p, progress, out) for a, t in todo]
+    jobs = [(k, tasks[k[1]], data[k[1]], p, progress, out) for k in todo]
     threads = threads_for(p.d_model)
     for k, cell in zip(todo, map_jobs(_cell_job, jobs, default_workers(), desc=f"state ({preset})",
                                        progress=progress, threads=threads)):
-        cells[k] = cell
-    cells = {k: cells[k] for k in keys}  # table order: task-major, whatever finished first
-
-    pretrained = []
-    if p.pretrained_paths:
-        from dlmlab.studies.state.pretrained import run_pretrained
-
-        for path in p.pretrained_paths:
-            pretrained.append(run_pretrained(path, p.pretrained_task, p, progress=progress))
-
+        runs[k] = cell
     main_archs = [a for a in archs if a != "mamba-noconv"]
+    cells = {(a, t): runs[(a, t, 0)] for t in p.tasks for a in main_archs}  # table order: task-major
+    conv_runs = {k: runs[k] for k in keys if k[0] in ("mamba", "mamba-noconv") and k[1] in p.conv_tasks}
+
+    pretrained, pretrained_note = run_pretrained_part(p, out, progress)
+
     figs = [figures.probe_by_layer(cells, p.tasks, main_archs, out),
             figures.ablation_drops(cells, p.tasks, main_archs, p.train_len, out),
-            figures.ood_lengths(cells, p.tasks, archs, p.train_len, out)]
-    pf = figures.patching(cells, p.tasks, main_archs, out)
-    if pf:
-        figs.append(pf)
+            figures.ood_lengths(cells, conv_runs, p.tasks, archs, p.train_len, out),
+            figures.training_curves(cells, p.tasks, main_archs, out)]
+    for fig in (figures.patching(cells, p.tasks, main_archs, out),
+                figures.patching_grid(cells, p.tasks, main_archs, out)):
+        if fig:
+            figs.append(fig)
 
     res = StudyResult(
         study="state", preset=preset, config=dataclasses.asdict(p),
-        results={"cells": [_cell_json(c) for c in cells.values()], "unavailable": missing,
-                 "pretrained": pretrained},
-        tables=tables(cells, p, archs, main_archs, missing, pretrained), figures=figs, claims=all_claims(cells),
-        setup=setup_text(p, archs, missing, cells),
+        results={"cells": list(cells.values()),
+                 "conv_runs": [c for k, c in conv_runs.items() if k[2] != 0 or k[0] != "mamba"],
+                 "unavailable": missing, "pretrained": pretrained, "pretrained_note": pretrained_note},
+        tables=tables(cells, conv_runs, p, archs, main_archs, missing, pretrained), figures=figs,
+        claims=all_claims(cells, conv_runs),
+        setup=setup_text(p, archs, missing, cells, pretrained_note),
     )
     res.wall_time_s = time.perf_counter() - t_start
     write_study(out, res, TITLE)
     return res
 
 
-def _cell_path(out: Path, key: tuple[str, str]) -> Path:
-    return out / "cells" / f"{key[0]}__{key[1]}.json"
+def run_pretrained_part(p: StatePreset, out: Path, progress: bool) -> tuple[list[dict], str]:
+    """The pretrained-scale part: local checkpoints (``pretrained_paths``), else small models pretrained here
+    (``pretrain_small``), else skipped; -> (one result per checkpoint, a note saying which)."""
+    paths = list(p.pretrained_paths)
+    note = f"local checkpoints {paths}" if paths else ""
+    if not paths and p.pretrain_small:
+        try:
+            from dlmlab.studies.state.pretrain_small import pretrain_small_models
+        except ImportError as e:
+            return [], f"Pretrained-scale part skipped: small pretraining unavailable ({type(e).__name__}: {e})."
+        paths = pretrain_small_models(p, out / "pretrained", progress=progress)
+        note = f"small models pretrained here (recipe {p.pretrain_small!r})"
+    if not paths:
+        return [], (f"Pretrained-scale part skipped: no local checkpoint given (preset pretrained_paths or env "
+                    f"{ENV_PRETRAINED}) and pretrain_small off.")
+    from dlmlab.studies.state.pretrained import run_pretrained
+
+    return [run_pretrained(path, p.pretrained_task, p, progress=progress) for path in paths], note
 
 
-def _cell_job(variant: str, task, data, p: StatePreset, progress: bool, out: Path) -> dict:
-    """One job (possibly on a worker process): train and analyse one cell, then save it for resuming."""
-    cell = run_cell(variant, task, data, p, progress=progress, analyse=(variant != "mamba-noconv"))
+def _cell_path(out: Path, key: Key) -> Path:
+    v, t, s = key
+    return out / "cells" / (f"{v}__{t}.json" if s == 0 else f"{v}__{t}__s{s}.json")
+
+
+def seeded(p: StatePreset, seed: int) -> StatePreset:
+    """The preset for training seed ``seed`` (offset from ``p.seed``; evaluation data stay those of ``p``)."""
+    return p if seed == 0 else dataclasses.replace(p, seed=p.seed + seed)
+
+
+def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path) -> dict:
+    """One job (possibly on a worker process): train (and for a main cell analyse) one run, then save it."""
+    v, _, s = key
+    cell = run_cell(v, task, data, seeded(p, s), progress=progress, analyse=(s == 0 and v != "mamba-noconv"))
     if is_main_process():
-        path = _cell_path(out, (variant, task.name))
+        path = _cell_path(out, key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"preset": dataclasses.asdict(p), "cell": cell}, default=_plain))
+        atomic_write_text(path, json.dumps({"preset": dataclasses.asdict(p), "seed": s, "cell": cell},
+                                           default=_plain))
     return cell
 
 
@@ -121,8 +177,11 @@ def _plain(x):
     raise TypeError(f"cannot save {type(x).__name__} in a state-study cell")
 
 
-def load_cell(out: Path, key: tuple[str, str], p: StatePreset) -> dict | None:
-    """A cell finished by an earlier run of the same preset (``out/cells/<arch>__<task>.json``), else None."""
+_BY_LEN = ("acc_by_len", "acc_per_seq", "chance", "above_chance_by_len")
+
+
+def load_cell(out: Path, key: Key, p: StatePreset) -> dict | None:
+    """A run finished by an earlier run of the same preset (``out/cells/...json``), else None."""
     path = _cell_path(out, key)
     if not path.exists():
         return None
@@ -130,107 +189,175 @@ def load_cell(out: Path, key: tuple[str, str], p: StatePreset) -> dict | None:
         saved = json.loads(path.read_text())
     except json.JSONDecodeError:
         return None  # a torn write: recompute the cell
-    if saved.get("preset") != json.loads(json.dumps(dataclasses.asdict(p))):
+    if saved.get("preset") != json.loads(json.dumps(dataclasses.asdict(p))) or saved.get("seed") != key[2]:
         return None
     cell = saved["cell"]
     # JSON turned the evaluation lengths (dict keys) into strings
-    cell["acc_by_len"] = {int(k): v for k, v in cell["acc_by_len"].items()}
+    for name in _BY_LEN:
+        if name in cell:
+            cell[name] = {int(k): v for k, v in cell[name].items()}
     if "ablation" in cell:
         cell["ablation"] = {kind: {int(k): v for k, v in by_len.items()} for kind, by_len in cell["ablation"].items()}
     return cell
 
 
-def setup_text(p: StatePreset, archs, missing, cells) -> str:
+def status(c: dict) -> str:
+    """'learned' (>= learned_acc), 'partial' (above chance, below learned_acc) or 'at chance'."""
+    return "learned" if c.get("learned") else "partial" if c.get("above_chance") else "at chance"
+
+
+def setup_text(p: StatePreset, archs, missing, cells, pretrained_note: str = "") -> str:
     lrs = ", ".join(f"{a} {p.lr_for(a):g}" for a in archs)
     steps = "; ".join(f"{a}: " + ", ".join(f"{t} {p.steps_for(t, a)}" for t in p.tasks) for a in archs)
     s = (f"Each architecture ({', '.join(archs)}) is trained with AdamW (batch {p.batch_size}, warmup "
-         f"{p.warmup_steps}, {TrainConfig.schedule} decay, grad clip {TrainConfig.grad_clip}; lr per architecture: {lrs}) to tag every "
+         f"{p.warmup_steps}, {TrainConfig.schedule} decay, grad clip {TrainConfig.grad_clip}, weight decay on "
+         f"matrices only, never on A_log / D / dt_bias; lr per architecture: {lrs}) to tag every "
          f"position of {', '.join(p.tasks)} at length {p.train_len} (steps per architecture and task: {steps}), "
          f"d_model {p.d_model}, {p.n_layers} layers; "
          "non-transformer widths matched to the transformer's parameter count by the model factory. "
          f"Evaluation at lengths {p.eval_lens} ({p.eval_seqs} held-out sequences each; Code-Depth uses held-out "
          "standard-library files). Probes: logistic regression on "
          f"{p.probe_samples} positions of {p.probe_seqs} sequences per layer, split by sequence, "
-         "control = shuffled labels. Best layer = earliest layer within 0.005 of the best probe accuracy. "
-         f"A cell is 'learned' when its per-token accuracy at length {p.train_len} is >= {p.learned_acc}; "
-         "probe, ablation and patching profiles of cells that did not learn the task are reported but say little "
-         "about how the task is solved, and the claims about them count learned cells only.")
-    nl = [f"{a}/{t}" for (a, t), c in cells.items() if not c.get("learned")]
-    if nl:
-        s += f" Not learned: {', '.join(nl)}."
+         "control = shuffled labels. Best block = earliest block within 0.005 of the best block probe accuracy. "
+         f"Chance = the majority-label rate of the evaluation labels; a cell is 'above chance' when its per-token "
+         f"accuracy at length {p.train_len} is >= chance + {p.chance_margin}, 'learned' when >= {p.learned_acc}, "
+         "'partial' in between. Claims about profiles use every cell above chance and mark partial ones; cells at "
+         "chance are reported but not counted. Ablations use "
+         f"{p.ablation_seqs or p.eval_seqs} sequences per length. Activation patching: one token changed at "
+         f"position {p.train_len // 2} (Parity: a bit flipped; S3: another element; Dyck: one bracket flipped "
+         "between opening and closing; Code-Depth: one depth-changing token replaced by its opposite), target = the "
+         f"last position. Conv1D ablation: Mamba with and without Conv1D, {p.conv_seeds} seeds each, on "
+         f"{', '.join(t for t in p.conv_tasks if t in p.tasks)}.")
+    by = {st: [f"{a}/{t}" for (a, t), c in cells.items() if status(c) == st] for st in ("partial", "at chance")}
+    if by["partial"]:
+        s += f" Partial: {', '.join(by['partial'])}."
+    if by["at chance"]:
+        s += f" At chance: {', '.join(by['at chance'])}."
     if missing:
         s += " NOT RUN (unavailable in this build): " + "; ".join(f"{k} ({v})" for k, v in missing.items()) + "."
-    if not p.pretrained_paths:
-        s += (f" Pretrained-scale part skipped: no local checkpoint given (preset pretrained_paths or env "
-              f"{ENV_PRETRAINED}).")
+    if pretrained_note:
+        s += f" Pretrained-scale part: {pretrained_note}" + ("" if pretrained_note.endswith(".") else ".")
     return s
 
 
-def tables(cells, p: StatePreset, archs, main_archs, missing, pretrained) -> list[Table]:
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_fmt(x) for x in v)
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_fmt(x)}" for k, x in v.items())
+    return str(v)
+
+
+def tables(cells, conv_runs, p: StatePreset, archs, main_archs, missing, pretrained) -> list[Table]:
     ts = []
     rows = []
-    for a in archs:
+    for a in main_archs:
         rows.append([a] + [cells[(a, t)]["params"] if (a, t) in cells else None for t in p.tasks])
+    if "mamba-noconv" in archs:
+        nc = {k[1]: c["params"] for k, c in conv_runs.items() if k[0] == "mamba-noconv"}
+        rows.append(["mamba-noconv"] + [nc.get(t) for t in p.tasks])
     ts.append(Table("Parameter counts", ["arch"] + list(p.tasks), rows,
-                    note="Counts differ by task only through the vocabulary / output sizes."))
+                    note="Counts differ by task only through the vocabulary / output sizes; Mamba without Conv1D "
+                         "keeps Mamba's widths."))
     if (p.d_model, p.n_layers) != (128, 4):
         ts.append(paper_param_table(p, main_archs))
-    rows = [[a, t, "yes" if c["learned"] else "NO"] + [c["acc_by_len"][L] for L in p.eval_lens]
-            + [c["steps"], c["lr"], c["train_time_s"]] for (a, t), c in cells.items()]
-    ts.append(Table("Per-token accuracy by evaluation length", ["arch", "task", "learned"]
-                    + [f"L={L}" for L in p.eval_lens] + ["steps", "lr", "train s"], rows,
-                    note=f"Trained at length {p.train_len}; learned = accuracy at length {p.train_len} >= "
-                         f"{p.learned_acc}."))
+    rows = [[a, t, status(c), c["chance"][p.train_len]] + [c["acc_by_len"][L] for L in p.eval_lens]
+            + [c["steps"], c["batch_size"], c["lr"], c["train_time_s"]] for (a, t), c in cells.items()]
+    ts.append(Table("Per-token accuracy by evaluation length", ["arch", "task", "status", "chance"]
+                    + [f"L={L}" for L in p.eval_lens] + ["steps", "batch", "lr", "train s"], rows,
+                    note=f"Trained at length {p.train_len}; chance = majority-label rate at length {p.train_len}; "
+                         f"status: learned (>= {p.learned_acc}), partial (>= chance + {p.chance_margin}), at chance."))
+    rows = []
+    for (a, t), c in cells.items():
+        curve = c.get("curve") or []
+        rows.append([a, t, status(c)] + [f"{s}: {acc:.2f}" for s, acc, _ in curve])
+    n = max((len(r) - 3 for r in rows), default=0)
+    ts.append(Table("Training-batch accuracy over steps", ["arch", "task", "status"]
+                    + [f"log {i + 1}" for i in range(n)], rows,
+                    note="step: accuracy of the training batch at that step (logged ten times per run)."))
     L1 = p.n_layers + 1
     rows = []
     for (a, t), c in cells.items():
         if "probes" in c:
-            rows.append([a, t, "yes" if c["learned"] else "NO"] + [pr["accuracy"] for pr in c["probes"]] + [
-                float(np.mean([pr["control_accuracy"] for pr in c["probes"]])), c["best_layer"]])
-    ts.append(Table("Probe accuracy by layer", ["arch", "task", "learned"] + [f"layer {i}" for i in range(L1)]
-                    + ["control (mean)", "best layer"], rows,
-                    note="Layer 0 = embedding; layer i = after block i. Rows with learned = NO come from models "
-                         "that did not learn the task."))
+            acc = [pr["accuracy"] for pr in c["probes"]]
+            rows.append([a, t, status(c)] + acc + [
+                float(np.mean([pr["control_accuracy"] for pr in c["probes"]])), c["best_block"],
+                largest_jump_layer(acc)])
+    ts.append(Table("Probe accuracy by layer", ["arch", "task", "status"] + [f"layer {i}" for i in range(L1)]
+                    + ["control (mean)", "best block", "largest jump enters"], rows,
+                    note="Layer 0 = embedding; layer i = after block i. Rows 'at chance' come from models that did "
+                         "not learn the task beyond chance; claims do not count them."))
     rows = []
     for (a, t), c in cells.items():
         for kind, by_len in c.get("ablation", {}).items():
-            rows.append([a, t, kind] + [by_len[L]["drop"] for L in p.eval_lens])
-    ts.append(Table("Accuracy drop from projecting out directions at the best probe layer",
-                    ["arch", "task", "directions"] + [f"L={L}" for L in p.eval_lens], rows,
-                    note="probe_dir: the probe's top-class direction; probe_subspace: all class rows; pca / "
-                         "random_subspace: as many top-PCA / random directions as the probe subspace's rank."))
-    rows = [[a, t] + c["layer_ablation_drop"] for (a, t), c in cells.items() if "layer_ablation_drop" in c]
+            rows.append([a, t, status(c), kind] + [by_len[L]["drop"] for L in p.eval_lens])
+    ts.append(Table("Accuracy drop from projecting out directions at the best block",
+                    ["arch", "task", "status", "directions"] + [f"L={L}" for L in p.eval_lens], rows,
+                    note="probe_dir: the probe's top-class direction; probe_subspace: all class directions of the "
+                         "probe; random_dir / random_subspace: as many random directions (the controls)."))
+    rows = []
+    for (a, t), c in cells.items():
+        if "layer_ablation_drop" in c:
+            rows.append([a, t, status(c), "probe subspace"] + c["layer_ablation_drop"])
+            rows.append([a, t, status(c), "random (control)"] + c.get("layer_random_drop", [None] * L1))
     ts.append(Table("Accuracy drop from projecting out each layer's probe subspace (train length)",
-                    ["arch", "task"] + [f"layer {i}" for i in range(L1)], rows))
+                    ["arch", "task", "status", "directions"] + [f"layer {i}" for i in range(L1)], rows,
+                    note="Control: a random subspace of the same rank at the same layer."))
     rows = []
     for (a, t), c in cells.items():
         if "patching" in c:
             pa = c["patching"]
-            rows.append([a, t, "corrupted pos"] + pa["at_corrupt_pos"])
-            rows.append([a, t, "last pos"] + pa["at_last_pos"])
+            for j, pos in enumerate(pa["positions"]):
+                rows.append([a, t, status(c), pos, pa["n_seqs"]] + [r[j] for r in pa["recovered"]])
     if rows:
-        ts.append(Table("Activation patching clean -> corrupted: fraction of final logit gap recovered",
-                        ["arch", "task", "patched at"] + [f"layer {i}" for i in range(L1)], rows,
-                        note=f"One token changed at position {p.train_len // 2}; target = last position."))
-    if "mamba-noconv" in archs:
-        rows = []
-        for t in p.tasks:
-            if ("mamba", t) in cells and ("mamba-noconv", t) in cells:
-                m = [cells[("mamba", t)]["acc_by_len"][L] for L in p.eval_lens]
-                n = [cells[("mamba-noconv", t)]["acc_by_len"][L] for L in p.eval_lens]
-                rows.append([t, float(np.mean(m)), float(np.mean(n)), float(np.mean(m) - np.mean(n))])
-        ts.append(Table("Mamba Conv1D ablation (mean accuracy over lengths)",
-                        ["task", "with conv", "without conv", "drop"], rows))
+        ts.append(Table("Activation patching clean -> corrupted: fraction of the last position's logit gap recovered",
+                        ["arch", "task", "status", "patched position", "seqs"] + [f"layer {i}" for i in range(L1)],
+                        rows, note=f"One token changed at position {p.train_len // 2}; the clean activation of one "
+                                   "layer at one position pasted into the corrupted run."))
+    rows = []
+    for t in [t for t in p.conv_tasks if t in p.tasks]:
+        seeds = sorted(s for v, tt, s in conv_runs if v == "mamba" and tt == t and ("mamba-noconv", t, s) in conv_runs)
+        if not seeds:
+            continue
+        w = [float(np.mean(list(conv_runs[("mamba", t, s)]["acc_by_len"].values()))) for s in seeds]
+        o = [float(np.mean(list(conv_runs[("mamba-noconv", t, s)]["acc_by_len"].values()))) for s in seeds]
+        rows.append([t, len(seeds), _fmt(w), _fmt(o), float(np.mean(w) - np.mean(o))])
+    if rows:
+        ts.append(Table("Mamba Conv1D ablation (mean accuracy over lengths, per seed)",
+                        ["task", "seeds", "with conv", "without conv", "mean drop"], rows,
+                        note="The 95% intervals of the drops are in the claim conv1d_matters_for_prefix_not_dyck."))
     if missing:
         ts.append(Table("Not run", ["variant", "reason"], [[k, v] for k, v in missing.items()]))
     if pretrained:
-        ts.append(Table("Pretrained checkpoints fine-tuned on a task",
-                        ["checkpoint", "task", "params", "acc (train len)", "best layer", "probe acc by layer",
-                         "probe_dir drop"],
-                        [[r["path"], r["task"], r["params"], r["acc_by_len"].get(p.train_len), r["best_layer"],
-                          ", ".join(f"{x:.2f}" for x in r["probe_accuracy"]), r["probe_dir_drop"]]
-                         for r in pretrained]))
+        ts.append(pretrained_table(pretrained, p))
     return ts
+
+
+_PRETRAINED_COLS = ["path", "task", "params", "acc (train len)", "best layer", "probe acc by layer", "probe_dir drop"]
+
+
+def pretrained_table(pretrained: list[dict], p: StatePreset) -> Table:
+    """One row per pretrained checkpoint: the known fields, then every other scalar field and the items of a
+    ``summary`` dict (scalars) if present; nested results stay in results.json."""
+    known = {"path", "task", "params", "acc_by_len", "best_layer", "probe_accuracy", "probe_dir_drop", "summary"}
+
+    def scalar(v) -> bool:
+        return v is None or isinstance(v, (int, float, str, bool))
+
+    extra = sorted({k for r in pretrained for k, v in r.items() if k not in known and scalar(v)
+                    and not k.endswith(("time_s", "cpu_s"))})
+    summ = list(dict.fromkeys(k for r in pretrained for k, v in (r.get("summary") or {}).items() if scalar(v)))
+    rows = []
+    for r in pretrained:
+        acc = r.get("acc_by_len", {})
+        rows.append([r.get("path"), r.get("task"), r.get("params"), acc.get(p.train_len, acc.get(str(p.train_len))),
+                     r.get("best_layer"), _fmt(r.get("probe_accuracy", [])), r.get("probe_dir_drop")]
+                    + [r.get(k) for k in extra] + [(r.get("summary") or {}).get(k) for k in summ])
+    return Table("Pretrained checkpoints fine-tuned on a task", _PRETRAINED_COLS + extra + summ, rows,
+                 note="Nested results of each checkpoint (ablations, patching, pretraining record) are in "
+                      "results.json under results.pretrained.")
 
 
 def paper_param_table(p: StatePreset, archs) -> Table:
