@@ -190,3 +190,24 @@ def test_follows_the_model_protocol(kind, tmp_path):
         m(x, attn_mask="bidirectional")
     with pytest.raises(ModelInputError, match="kv_cache"):
         m(x, kv_cache=object())
+
+
+@pytest.mark.parametrize("kind", ["neox", "mamba"])
+def test_deepcopy_has_its_own_hook_points(kind, tmp_path):
+    import copy
+
+    _save(kind, tmp_path)
+    m = load_hf_hooked(tmp_path)
+    twin = copy.deepcopy(m)
+    x = _tokens()
+    with torch.no_grad():
+        y = m(x)
+        torch.testing.assert_close(twin(x), y)
+        with twin.replace({"blocks.0.resid_post": torch.zeros(())}), m.cache(["blocks.0.resid_post"]) as c:
+            y_twin = twin(x)
+            assert not c  # the original's points saw nothing
+            torch.testing.assert_close(m(x), y)  # and the original is unchanged
+        assert (y_twin - y).abs().max() > 1e-3
+        with twin.cache(["blocks.1.mixer_out"]) as c:
+            twin(x)
+    assert set(c) == {"blocks.1.mixer_out"}

@@ -31,6 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import contextlib
+import functools
 import types
 from typing import Iterator
 
@@ -98,28 +99,20 @@ def _fused_mamba_forward(self, hidden_states, cache=None, attention_mask=None, *
     return self.out_proj(y.to(dtype))
 
 
-def _output_hook(hp: HookPoint):
-    """Forward hook routing a module's output (a tensor, or a tuple led by one) through ``hp``."""
-
-    def fn(module, inputs, output):
-        if isinstance(output, tuple):
-            return (hp(output[0]), *output[1:])
-        return hp(output)
-
-    return fn
+def _route_output(hp: HookPoint, module, inputs, output):
+    """Forward hook: a module's output (a tensor, or a tuple led by one) through ``hp``."""
+    if isinstance(output, tuple):
+        return (hp(output[0]), *output[1:])
+    return hp(output)
 
 
-def _input_hook(hp: HookPoint):
-    """Forward pre-hook routing a layer's ``hidden_states`` input (first positional or keyword) through ``hp``."""
-
-    def fn(module, args, kwargs):
-        if args:
-            return (hp(args[0]), *args[1:]), kwargs
-        if "hidden_states" in kwargs:
-            return args, {**kwargs, "hidden_states": hp(kwargs["hidden_states"])}
-        return None
-
-    return fn
+def _route_input(hp: HookPoint, module, args, kwargs):
+    """Forward pre-hook: a layer's ``hidden_states`` input (first positional or keyword) through ``hp``."""
+    if args:
+        return (hp(args[0]), *args[1:]), kwargs
+    if "hidden_states" in kwargs:
+        return args, {**kwargs, "hidden_states": hp(kwargs["hidden_states"])}
+    return None
 
 
 class HFHooked(HookedModule):
@@ -160,19 +153,20 @@ class HFHooked(HookedModule):
         self.embed, self.final, self.logits = HookPoint(), HookPoint(), HookPoint()
         layers = _layer_list(base)
         self.blocks = nn.ModuleList([_Taps(isinstance(getattr(layer, "mlp", None), nn.Module)) for layer in layers])
-        self._handles = [base.get_input_embeddings().register_forward_hook(_output_hook(self.embed))]
+        # hooks are partials of module-level functions (not closures), so copy.deepcopy maps them to the copy's points
+        base.get_input_embeddings().register_forward_hook(functools.partial(_route_output, self.embed))
         for layer, taps in zip(layers, self.blocks):
-            self._handles.append(layer.register_forward_pre_hook(_input_hook(taps.resid_pre), with_kwargs=True))
-            self._handles.append(layer.register_forward_hook(_output_hook(taps.resid_post)))
+            layer.register_forward_pre_hook(functools.partial(_route_input, taps.resid_pre), with_kwargs=True)
+            layer.register_forward_hook(functools.partial(_route_output, taps.resid_post))
             mixer = _mixer(layer)
             if mixer is None:
                 del taps.mixer_out
             else:
-                self._handles.append(mixer.register_forward_hook(_output_hook(taps.mixer_out)))
+                mixer.register_forward_hook(functools.partial(_route_output, taps.mixer_out))
             if fused_mamba and type(mixer).__name__ == "MambaMixer":
                 mixer.forward = types.MethodType(_fused_mamba_forward, mixer)
             if hasattr(taps, "mlp_out"):
-                self._handles.append(layer.mlp.register_forward_hook(_output_hook(taps.mlp_out)))
+                layer.mlp.register_forward_hook(functools.partial(_route_output, taps.mlp_out))
         self.setup_hooks()
 
     @property
