@@ -16,11 +16,12 @@ The config has four sections (any may be omitted; unknown fields are errors):
   model: family (transformer | mamba | mamba2 | lstm | gru; default transformer) and the fields
          of that family's config (TransformerConfig, MambaConfig, Mamba2Config, RecurrentConfig)
   train: TrainConfig (steps, batch_size = global batch, lr, schedule, ckpt_every ...)
+  noise: mdlm noise schedule, {name: linear | loglinear | cosine, eps: ...} (default linear)
 mdlm on a transformer needs model.attn_mask: bidirectional; mamba, mamba2, lstm and gru are causal
 (under mdlm each position sees the tokens to its left and the mask pattern).
 
 The run directory receives config.json, tokenizer.json, model.json (family, model config,
-objective, mask id), metrics.jsonl (one JSON row per logged step), eval.json, and
+objective, mask id, noise), metrics.jsonl (one JSON row per logged step), eval.json, and
 checkpoints/step_N/{model,optimizer}.safetensors + state.json + model.json + tokenizer.json.
 Load the run, or any checkpoint folder, with dlmlab.load(DIR) in Python.
 Re-running the same command resumes exactly from the latest checkpoint (also after kill -9).

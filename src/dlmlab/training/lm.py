@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import json
 import math
 import sys
@@ -271,12 +270,8 @@ def config_differences(old: dict, new: dict) -> list[str]:
 
 
 def _card_noise(cfg: RunConfig) -> dict:
-    """``{"noise": schedule}`` for :func:`train` (recorded in ``model.json``) when it takes one; mdlm runs only.
-
-    (Until ``train`` takes ``noise``, :func:`dlmlab.load` reads the schedule from the run's ``config.json``.)"""
-    if cfg.objective != "mdlm" or "noise" not in inspect.signature(train).parameters:
-        return {}
-    return {"noise": cfg.noise_schedule}
+    """``{"noise": schedule}`` for :func:`train` (recorded in ``model.json``); mdlm runs only."""
+    return {"noise": cfg.noise_schedule} if cfg.objective == "mdlm" else {}
 
 
 def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
