@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from dlmlab.config import ConfigError
@@ -139,3 +140,100 @@ def test_rerun_reuses_finished_cells_and_recomputes_a_torn_one(smoke, monkeypatc
     strip = lambda cells: [{k: v for k, v in c.items() if not k.endswith("time_s")} for c in cells]  # noqa: E731
     assert strip(after["results"]["cells"]) == strip(before["results"]["cells"])
     assert after["claims"] == before["claims"]
+
+
+def _cell(arch, task, probe_acc, learned=True, above=True, **kw):
+    return dict(arch=arch, task=task, probes=[{"accuracy": a} for a in probe_acc], n_layers=len(probe_acc) - 1,
+                learned=learned, above_chance=above, **kw)
+
+
+def test_claims_on_hand_built_profiles():
+    """Each claim's computation on small hand-built profiles (4 blocks; layer 0 = embedding)."""
+    from dlmlab.studies.state import claims as C
+
+    late, early = [0.5, 0.55, 0.6, 0.62, 1.0], [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert C.largest_jump_layer(late) == 4 and C.largest_jump_layer(early) == 1
+    cells = {(a, t): _cell(a, t, late) for a in ("mamba", "lstm") for t in ("parity", "s3")}
+    cells[("gru", "parity")] = _cell("gru", "parity", early)  # beside: not counted
+    cl = C.late_in_recurrent(cells)
+    assert cl.holds is True and cl.evidence["beside"]["gru/parity"]["late"] is False
+    cells[("lstm", "parity")] = _cell("lstm", "parity", early)  # the review's LSTM Parity: readable after block 1
+    cl = C.late_in_recurrent(cells)
+    assert cl.holds is False and list(cl.evidence["not_reproduced"]) == ["lstm/parity"]
+    assert cl.evidence["not_reproduced"]["lstm/parity"]["largest_jump_enters"] == 1
+    # gradual over the blocks: the embedding -> block 1 jump does not count
+    tr = {("transformer", t): _cell("transformer", t, [0.2, 0.6, 0.7, 0.8, 0.9], learned=False) for t in C.PREFIX}
+    cl = C.gradual_in_transformer(tr)
+    assert cl.holds is True and cl.evidence["partial"] == ["transformer/parity", "transformer/s3"]
+    tr[("transformer", "s3")] = _cell("transformer", "s3", [0.2, 0.3, 0.3, 0.3, 0.9])
+    assert C.gradual_in_transformer(tr).holds is False  # one block adds all of the gain
+    # Dyck: best block (not the embedding) in the first half
+    assert C.dyck_early({("transformer", "dyck"): _cell("transformer", "dyck", [0.9, 0.5, 0.95, 0.9, 0.9])}).holds
+    assert not C.dyck_early({("transformer", "dyck"): _cell("transformer", "dyck", [0.99, 0.5, 0.6, 0.9, 0.95])}).holds
+    # S3 with Parity over the blocks only: an embedding value that differs does not matter
+    grp = {("lstm", "s3"): _cell("lstm", "s3", [0.9, 0.2, 0.3, 0.4, 1.0]),
+           ("lstm", "parity"): _cell("lstm", "parity", [0.1, 0.5, 0.55, 0.6, 1.0]),
+           ("lstm", "dyck"): _cell("lstm", "dyck", [0.1, 1.0, 0.9, 0.8, 0.8])}
+    cl = C.s3_with_parity(grp)
+    assert cl.holds is True and cl.evidence["distances"]["lstm"]["d_parity"] < 0.1
+    grp[("lstm", "dyck")]["above_chance"] = False
+    assert C.s3_with_parity(grp).holds is False  # no architecture above chance on all three
+
+
+def _ablation(ps, rs, lens=(40, 80, 120)):
+    return {kind: {L: {"drop": d} for L, d in zip(lens, v)} for kind, v in
+            (("probe_subspace", ps), ("random_subspace", rs))}
+
+
+def test_direction_ablation_and_readability_claims():
+    from dlmlab.studies.state import claims as C
+
+    above = {40: True, 80: True, 120: True}
+    cells = {("lstm", "s3"): _cell("lstm", "s3", [0.2, 0.5, 0.9, 1, 1], ablation=_ablation([0.5, 0.4, 0.4], [0, 0, 0.01]),
+                                    train_len=40, above_chance_by_len=above),
+             ("gru", "s3"): _cell("gru", "s3", [0.2, 0.5, 0.9, 1, 1], ablation=_ablation([0.5, 0.0, 0.0], [0, 0, 0]),
+                                  train_len=40, above_chance_by_len={40: True, 80: False, 120: False})}
+    cl = C.direction_ablation(cells)
+    # gru is at chance at the unseen lengths: counted at the training length only
+    assert cl.holds is True and cl.evidence["n_cells_unseen"] == 1
+    assert cl.evidence["at_chance_at_unseen_lengths"] == ["gru/s3"]
+    cells[("lstm", "s3")]["ablation"] = _ablation([0.5, 0.02, 0.02], [0, 0.01, 0.01])
+    assert C.direction_ablation(cells).holds is False  # no drop beyond the random subspace at 80-120
+    # causal block: largest drop among blocks whose drop clears the random control by 0.05
+    assert C.causal_block([0.3, 0.6, 0.1, 0.0], [0.0, 0.58, 0.0, 0.0]) == 1  # block 2's drop is the control's
+    assert C.causal_block([0.02, 0.03, 0.0, 0.0], [0.0] * 4) is None  # all-zero-ish drops: no causal block
+    rc = {("lstm", "s3"): _cell("lstm", "s3", [0.2, 0.5, 0.9, 1.0, 1.0],
+                                layer_ablation_drop=[0.9, 0.0, 0.0, 0.5, 0.0], layer_random_drop=[0.0] * 5),
+          ("gru", "s3"): _cell("gru", "s3", [0.2, 0.5, 0.9, 1.0, 1.0],
+                               layer_ablation_drop=[0.9, 0.0, 0.0, 0.0, 0.0], layer_random_drop=[0.0] * 5)}
+    cl = C.readability_causality(rc)
+    # lstm: readable at block 3, causal at block 3 (the embedding's drop of 0.9 does not count); gru: none
+    assert cl.evidence["cells"]["lstm/s3"] == dict(cl.evidence["cells"]["lstm/s3"], readable_block=3, causal_block=3)
+    assert cl.holds is False and cl.evidence["no_causal_block"] == ["gru/s3"]
+    rc[("lstm", "s3")]["layer_ablation_drop"] = [0.0, 0.3, 0.0, 0.1, 0.0]
+    assert C.readability_causality(rc).holds is True
+
+
+def test_conv1d_claim_intervals():
+    from dlmlab.studies.state import claims as C
+
+    rng = np.random.default_rng(0)
+
+    def run(acc):
+        return {"acc_by_len": {40: acc, 80: acc}, "acc_per_seq": {40: list(acc + rng.normal(0, 0.01, 32)),
+                                                                  80: list(acc + rng.normal(0, 0.01, 32))}}
+
+    drops = {"parity": 0.07, "s3": 0.12, "dyck": 0.0}
+    conv = {}
+    for t, d in drops.items():
+        for s in range(3):
+            conv[("mamba", t, s)] = run(0.8)
+            conv[("mamba-noconv", t, s)] = run(0.8 - d)
+    cl = C.conv1d(conv)
+    assert cl.holds is True and cl.evidence["s3_drop"]["lo"] > 0.1 and cl.evidence["dyck_drop"]["n"] == 3
+    assert cl.evidence["dyck_drop"]["lo"] <= 0 <= cl.evidence["dyck_drop"]["hi"]
+    del conv[("mamba-noconv", "dyck", 2)]
+    assert C.conv1d(conv).holds is None  # fewer than 3 seeds
+    for s in range(3):  # Dyck now loses accuracy too
+        conv[("mamba-noconv", "dyck", s)] = run(0.7)
+    assert C.conv1d(conv).holds is False
