@@ -221,3 +221,17 @@ def test_shipped_gpu_config_loads():
     for path in sorted((Path(__file__).parents[1] / "configs" / "reversal_finetune").glob("*.yaml")):
         cfg = load_yaml(HFFinetuneConfig, path)
         assert cfg.lora is not None and cfg.dtype == "bfloat16", path
+
+
+def test_summary_of_runs(tmp_path, tokenizer):
+    from dlmlab.studies.reversal.hf_summary import main as summary_main
+
+    for fmt in ("llada", "qwen2"):
+        finetune(_cfg(make_checkpoint(tmp_path / fmt, fmt, tokenizer), train=TrainConfig(steps=1, batch_size=2,
+                                                                                         progress=False)),
+                 tmp_path / f"run_{fmt}", progress=False)
+    assert summary_main([str(tmp_path / "run_llada"), str(tmp_path / "run_qwen2"), "--out", str(tmp_path / "s")]) == 0
+    md = (tmp_path / "s" / "summary.md").read_text()
+    assert "| run_llada | llada | mdm |" in md and "| run_qwen2 | qwen2 | ar |" in md
+    assert (tmp_path / "s" / "figures" / "signatures.png").stat().st_size > 0
+    assert summary_main([str(tmp_path / "nothing"), "--out", str(tmp_path / "s2")]) == 2
