@@ -177,6 +177,8 @@ def test_gradient_cosine_matches_autograd_on_weights(tmp_path, tokenizer):
 def test_errors(tmp_path, tokenizer):
     with pytest.raises(ConfigError, match="model_path"):
         HFFinetuneConfig()
+    with pytest.raises(ConfigError, match="device must be"):
+        HFFinetuneConfig(model_path="x", device="gpu0")
     with pytest.raises(ConfigError, match="n_signature_facts"):
         HFFinetuneConfig(model_path="x", n_facts=3, n_signature_facts=5)
     with pytest.raises(UserError, match="no local checkpoint"):

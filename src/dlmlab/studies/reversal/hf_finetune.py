@@ -38,6 +38,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,8 @@ class HFFinetuneConfig(Config):
         require(3 <= self.n_signature_facts <= self.n_facts,
                 f"n_signature_facts must be in [3, n_facts={self.n_facts}], got {self.n_signature_facts}")
         require(self.eval_chunk > 0, f"eval_chunk must be > 0, got {self.eval_chunk}")
+        require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+                f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
 
 @dataclass
