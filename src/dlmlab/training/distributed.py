@@ -64,6 +64,8 @@ def init_from_env() -> DistContext:
         return DistContext()
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":  # one GPU per rank (else every rank lands on cuda:0)
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend)
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size())
 
