@@ -58,7 +58,7 @@ def test_smoke_outputs(smoke):
         assert len(c["curve"]) >= 10 and c["curve"][-1][0] == c["steps"]
         assert len(c["probes"]) == p.n_layers + 1
         assert 1 <= c["best_block"] <= p.n_layers
-        assert set(c["ablation"]) == {"probe_dir", "random_dir", "probe_subspace", "random_subspace"}
+        assert set(c["ablation"]) == {"probe_dir", "probe_subspace", "random_subspace"}
         assert len(c["layer_ablation_drop"]) == len(c["layer_random_drop"]) == p.n_layers + 1
         assert len(c["patching"]["at_last_pos"]) == p.n_layers + 1  # every task is patched
     # Conv1D ablation: Mamba with (seeds 1, 2; seed 0 is the main cell) and without Conv1D (seeds 0-2)

@@ -155,9 +155,9 @@ def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool 
     return cell
 
 
-def _subset(by_len: dict, n: int) -> dict:
-    """The first ``n`` sequences of every evaluation length (0 = all)."""
-    return {L: (x[:n], y[:n]) if n else (x, y) for L, (x, y) in by_len.items()}
+def _subset(by_len: dict, n: int, lens=None) -> dict:
+    """The first ``n`` sequences (0 = all) of the evaluation lengths ``lens`` (None / empty = all)."""
+    return {L: (x[:n], y[:n]) if n else (x, y) for L, (x, y) in by_len.items() if not lens or L in lens}
 
 
 def analyse_model(model, data: EvalData, p: StatePreset) -> dict:
@@ -182,11 +182,10 @@ def analyse_model(model, data: EvalData, p: StatePreset) -> dict:
     D = states[hook].shape[-1]
     sub = probe_basis(bp)
     k = int(np.linalg.matrix_rank(sub))
-    bases = {"probe_dir": bp.direction[None], "random_dir": random_basis(D, 1, p.seed),
-             "probe_subspace": sub, "random_subspace": random_basis(D, k, p.seed + 1)}
+    bases = {"probe_dir": bp.direction[None], "probe_subspace": sub, "random_subspace": random_basis(D, k, p.seed + 1)}
     cell["ablation_hook"] = hook
     cell["ablation_k"] = k
-    cell["ablation"] = ablation_drops(model, _subset(data.by_len, p.ablation_seqs), hook, bases)
+    cell["ablation"] = ablation_drops(model, _subset(data.by_len, p.ablation_seqs, p.ablation_lens), hook, bases)
     # per-layer causal profile: project out each layer's probe subspace, and a random subspace of the same
     # rank as its control (train length)
     x0, y0 = _subset(data.by_len, p.ablation_seqs)[p.train_len]

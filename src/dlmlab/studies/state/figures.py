@@ -45,7 +45,7 @@ def probe_by_layer(cells, tasks, archs, out) -> dict:
 
 
 def ablation_drops(cells, tasks, archs, train_len, out) -> dict:
-    kinds = ["probe_dir", "random_dir", "probe_subspace", "random_subspace"]
+    kinds = ["probe_dir", "probe_subspace", "random_subspace"]
     fig, ax = new_figure(ncols=len(tasks), width=3.8, height=3.2)
     w = 0.8 / len(kinds)
     for j, t in enumerate(tasks):

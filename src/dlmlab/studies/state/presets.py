@@ -22,7 +22,8 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     A cell is *above chance* when its per-token accuracy at ``train_len`` is >= the majority-label rate of
     the evaluation labels + ``chance_margin``; claims about probe / ablation / patching profiles use every
     cell above chance, and mark those below ``learned_acc`` as *partial*.
-    ``ablation_seqs``: sequences per length used for the ablations (0 = all ``eval_seqs``).
+    ``ablation_seqs``: sequences per length used for the ablations (0 = all ``eval_seqs``), at the lengths
+    ``ablation_lens`` (empty = all ``eval_lens``; must include ``train_len``).
     ``conv_seeds``: seeds of Mamba with and without Conv1D on each of ``conv_tasks`` (seed 0 = the main cell).
     ``pretrain_small``: "" (off), or the name of the small-pretraining recipe ("smoke" / "cpu") that
     pretrains small GPT-NeoX and Mamba checkpoints when no ``pretrained_paths`` are given.
@@ -50,6 +51,7 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     probe_samples: int = 2000  # positions per probe
     probe_max_iter: int = 200
     ablation_seqs: int = 0
+    ablation_lens: list[int] = field(default_factory=list)
     conv_ablation: bool = True  # also train Mamba without Conv1D on conv_tasks, conv_seeds seeds
     conv_seeds: int = 3
     conv_tasks: list[str] = field(default_factory=lambda: ["parity", "s3", "dyck"])
@@ -101,6 +103,9 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
         require(self.patch_seqs >= 4, "patch_seqs must be >= 4")
         require(0 <= self.chance_margin < 1, f"chance_margin must be in [0, 1), got {self.chance_margin}")
         require(0 <= self.ablation_seqs, f"ablation_seqs must be >= 0, got {self.ablation_seqs}")
+        require(not self.ablation_lens or (set(self.ablation_lens) <= set(self.eval_lens)
+                                           and self.train_len in self.ablation_lens),
+                "ablation_lens must be evaluation lengths and include train_len")
         require(self.conv_seeds >= 1, f"conv_seeds must be >= 1, got {self.conv_seeds}")
         bad = sorted(set(self.conv_tasks) - set(ALL_TASKS)) + sorted(set(self.patch_tasks) - set(ALL_TASKS))
         require(not bad, f"conv_tasks / patch_tasks: unknown task(s) {bad}; choose from {ALL_TASKS}")

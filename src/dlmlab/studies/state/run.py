@@ -292,11 +292,12 @@ def tables(cells, conv_runs, p: StatePreset, archs, main_archs, missing, pretrai
     rows = []
     for (a, t), c in cells.items():
         for kind, by_len in c.get("ablation", {}).items():
-            rows.append([a, t, status(c), kind] + [by_len[L]["drop"] for L in p.eval_lens])
+            rows.append([a, t, status(c), kind] + [by_len[L]["drop"] if L in by_len else None for L in p.eval_lens])
     ts.append(Table("Accuracy drop from projecting out directions at the best block",
                     ["arch", "task", "status", "directions"] + [f"L={L}" for L in p.eval_lens], rows,
                     note="probe_dir: the probe's top-class direction; probe_subspace: all class directions of the "
-                         "probe; random_dir / random_subspace: as many random directions (the controls)."))
+                         "probe; random_subspace: a random subspace of the same rank (the control). Empty: length "
+                         "not ablated."))
     rows = []
     for (a, t), c in cells.items():
         if "layer_ablation_drop" in c:
