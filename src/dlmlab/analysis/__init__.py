@@ -51,7 +51,7 @@ _export("fold", "fold_ln", "fold_ln_frozen_scale", "freeze_norm_scales", "norm_s
 # activation patching and direction ablation
 _export("patching", "PatchResult", "patch_positions", "logit_gap")
 _export("direction_ablation", "orthonormal", "project_out", "probe_basis", "pca_basis", "random_basis",
-        "tagging_accuracy", "ablation_drops")
+        "tagging_accuracy", "per_sequence_accuracy", "ablation_drops")
 # relation queries: storage vs routing, attention-score correlation, gradient alignment
 _export("reversal", "query_log_probs", "query_eval", "query_loss")
 # (the function storage_routing shares its module's name, so it is imported from
