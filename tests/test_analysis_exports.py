@@ -36,8 +36,10 @@ def test_star_import_and_unknown_name():
 def test_submodules_stay_modules():
     """A submodule named like one of its functions (storage_routing) is still the module."""
     import dlmlab.analysis.storage_routing as sr
+    from dlmlab.analysis import cache, storage_routing
 
     assert isinstance(sr, types.ModuleType) and callable(sr.storage_routing)
+    assert storage_routing is sr and isinstance(cache, types.ModuleType)
 
 
 def test_import_is_cheap():
