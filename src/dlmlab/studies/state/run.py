@@ -86,7 +86,7 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
     from dlmlab.studies.state import TITLE
 
     out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
 
     variants = list(p.archs) + (["mamba-noconv"] if p.conv_ablation and "mamba" in p.archs else [])
     archs, missing = availability(variants, p)
@@ -119,12 +119,15 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
         study="state", preset=preset, config=dataclasses.asdict(p),
         results={"cells": list(cells.values()),
                  "conv_runs": [c for k, c in conv_runs.items() if k[2] != 0 or k[0] != "mamba"],
-                 "unavailable": missing, "pretrained": pretrained, "pretrained_note": pretrained_note},
+                 "unavailable": missing, "pretrained": pretrained, "pretrained_note": pretrained_note,
+                 "jobs_cpu_s": float(sum(c.get("cpu_time_s", 0.0) for c in runs.values()))},
         tables=tables(cells, conv_runs, p, archs, main_archs, missing, pretrained), figures=figs,
         claims=all_claims(cells, conv_runs),
         setup=setup_text(p, archs, missing, cells, pretrained_note),
     )
     res.wall_time_s = time.perf_counter() - t_start
+    # this process's CPU seconds (with one worker it includes the jobs'): estimates the run time on an idle machine
+    res.results["main_cpu_s"] = time.process_time() - cpu_start
     write_study(out, res, TITLE)
     return res
 
@@ -162,7 +165,9 @@ def seeded(p: StatePreset, seed: int) -> StatePreset:
 def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path) -> dict:
     """One job (possibly on a worker process): train (and for a main cell analyse) one run, then save it."""
     v, _, s = key
+    cpu0 = time.process_time()
     cell = run_cell(v, task, data, seeded(p, s), progress=progress, analyse=(s == 0 and v != "mamba-noconv"))
+    cell["cpu_time_s"] = time.process_time() - cpu0  # this job's CPU seconds (one thread): for budgeting
     if is_main_process():
         path = _cell_path(out, key)
         path.parent.mkdir(parents=True, exist_ok=True)
