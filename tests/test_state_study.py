@@ -237,3 +237,22 @@ def test_conv1d_claim_intervals():
     for s in range(3):  # Dyck now loses accuracy too
         conv[("mamba-noconv", "dyck", s)] = run(0.7)
     assert C.conv1d(conv).holds is False
+
+
+def test_no_weight_decay_on_ssm_parameters():
+    """The study's optimiser leaves A_log, D and the dt bias of Mamba / Mamba-2 out of weight decay."""
+    import torch
+
+    from dlmlab.studies.state.cells import build, make_task
+    from dlmlab.training import TrainConfig, make_optimizer
+
+    p = PRESETS["smoke"]
+    for arch in ("mamba", "mamba2"):
+        model = build(arch, make_task("parity", p), p)
+        opt = make_optimizer(model, TrainConfig(weight_decay=0.1))
+        decayed = {id(q) for g in opt.param_groups if g["weight_decay"] > 0 for q in g["params"]}
+        names = {n for n, q in model.named_parameters() if id(q) in decayed}
+        ssm = [n for n, _ in model.named_parameters() if n.rsplit(".", 1)[-1] in ("A_log", "D", "dt_bias")
+               or n.endswith("dt_proj.bias")]
+        assert ssm and not set(ssm) & names, (arch, sorted(set(ssm) & names))
+        assert any(isinstance(q, torch.nn.Parameter) and q.dim() >= 2 for q in opt.param_groups[0]["params"])
