@@ -109,7 +109,7 @@ def patching_grid(cells, tasks, archs, out) -> dict | None:
     tasks = [t for t in tasks if any("patching" in cells.get((a, t), {}) for a in archs)]
     if not tasks:
         return None
-    fig, ax = new_figure(nrows=len(tasks), ncols=len(archs), width=2.4, height=2.2)
+    fig, ax = new_figure(nrows=len(tasks), ncols=len(archs) + 1, width=2.4, height=2.2)  # last column: colour bar
     im = None
     for i, t in enumerate(tasks):
         for j, a in enumerate(archs):
@@ -130,8 +130,10 @@ def patching_grid(cells, tasks, archs, out) -> dict | None:
             if i == len(tasks) - 1:
                 a_.set_xlabel("patched position", fontsize=7)
     if im is not None:
-        cax = ax[0, -1].inset_axes([1.04, 0.0, 0.06, 1.0])  # inside the grid: tight_layout leaves it alone
-        fig.colorbar(im, cax=cax).set_label("recovered", fontsize=7)
+        for i in range(len(tasks)):
+            ax[i, -1].axis("off")
+        cax = ax[0, -1].inset_axes([0.05, 0.0, 0.12, 1.0])  # in a blank grid cell: tight_layout keeps its room
+        fig.colorbar(im, cax=cax).set_label("fraction recovered", fontsize=7)
     return save_figure(fig, out, "patching_grid", "Activation patching clean -> corrupted per layer (rows, 0 = "
                        "embedding) and patched position (columns; the corrupted token in the middle): fraction of the "
                        "last position's logit gap recovered")
