@@ -55,10 +55,22 @@ def _partial(cell) -> bool:
     return _counted(cell) and not bool(cell.get("learned", False))
 
 
+def _at_chance_row(c) -> dict:
+    """Why a cell is not counted: its accuracy and chance at the training length, and its last training-batch
+    accuracy (whether it was still learning is in the report's training curves)."""
+    L = c.get("train_len")
+    row = {}
+    if L is not None and L in c.get("acc_by_len", {}):
+        row = {"acc": c["acc_by_len"][L], "chance": c.get("chance", {}).get(L)}
+    if c.get("curve"):
+        row["last_train_batch_acc"] = c["curve"][-1][1]
+    return row
+
+
 def _split(items: dict) -> tuple[dict, dict]:
-    """{name: cell} -> ({name: cell} counted (above chance), evidence lists at_chance / partial)."""
+    """{name: cell} -> ({name: cell} counted (above chance), evidence: at_chance {name: accuracies}, partial [names])."""
     got = {k: c for k, c in items.items() if _counted(c)}
-    return got, {"at_chance": sorted(k for k, c in items.items() if not _counted(c)),
+    return got, {"at_chance": {k: _at_chance_row(c) for k, c in sorted(items.items()) if not _counted(c)},
                  "partial": sorted(k for k, c in got.items() if _partial(c))}
 
 
@@ -147,14 +159,14 @@ def s3_with_parity(cells) -> Claim:
           "S3 profile of probe accuracy over the blocks (min-max normalised) is closer (mean |difference|) to "
           "Parity's than to Dyck's")
     cid = "s3_groups_with_parity"
-    per, lists, ran = {}, {"at_chance": [], "partial": []}, False
+    per, lists, ran = {}, {"at_chance": {}, "partial": []}, False
     for a in sorted({a for a, _ in cells}):
         cs = {t: cells.get((a, t)) for t in ("s3", "parity", "dyck")}
         if any(c is None or "probes" not in c for c in cs.values()):
             continue
         ran = True
         got, ls = _split({f"{a}/{t}": c for t, c in cs.items()})
-        lists["at_chance"] += ls["at_chance"]
+        lists["at_chance"].update(ls["at_chance"])
         lists["partial"] += ls["partial"]
         if len(got) < 3:
             continue
