@@ -74,8 +74,19 @@ def _split(items: dict) -> tuple[dict, dict]:
                  "partial": sorted(k for k, c in got.items() if _partial(c))}
 
 
+def _p(xs) -> str:
+    return " ".join(f"{x:.2f}" for x in xs)
+
+
+def _chance_text(lists: dict) -> str:
+    """One line: the cells not counted and why (accuracy vs chance at the training length)."""
+    rows = [f"{k} (acc {r['acc']:.2f}, chance {r['chance']:.2f})" if r.get("acc") is not None else k
+            for k, r in lists.get("at_chance", {}).items()]
+    return ("; at chance: " + ", ".join(rows)) if rows else ""
+
+
 def _none_counted(cid: str, st: str, lists: dict) -> Claim:
-    return claim(cid, st, False, reason="no model reached above-chance accuracy on the task(s) this claim is "
+    return claim(cid, st, False, measured="no cell above chance" + _chance_text(lists), reason="no model reached above-chance accuracy on the task(s) this claim is "
                  "about (accuracy at the training length below the majority-label rate + chance_margin), so "
                  "there is no profile to test", **lists)
 
@@ -89,6 +100,10 @@ def _norm(profile) -> np.ndarray:
 def largest_jump_layer(acc) -> int:
     """Layer (1 ... n) that the largest probe-accuracy increase ``acc[i] - acc[i-1]`` enters (earliest on ties)."""
     return int(np.argmax(np.diff(np.asarray(acc, dtype=float)))) + 1
+
+
+def cells_n(c) -> int:
+    return int(c["n_layers"])
 
 
 def late_in_recurrent(cells) -> Claim:
@@ -113,7 +128,12 @@ def late_in_recurrent(cells) -> Claim:
         return claim(cid, st, False, reason="no Mamba / LSTM cell on parity/s3 is above chance", **lists,
                      cells={k: per[k] for k in counted}, beside=beside)
     late = {k: per[k]["late"] for k in got}
-    return claim(cid, st, all(late.values()), n_cells=len(late), n_late=sum(late.values()),
+    text = "; ".join(f"{k}{' (partial)' if per[k]['partial'] else ''}: largest jump enters layer "
+                     f"{per[k]['largest_jump_enters']} of {cells_n(got[k])} (probe by layer {_p(per[k]['probe_accuracy'])})"
+                     for k in got)
+    text += "; beside: " + "; ".join(f"{k}: enters layer {v['largest_jump_enters']}" for k, v in beside.items())
+    return claim(cid, st, all(late.values()), measured=text + _chance_text(lists),
+                 n_cells=len(late), n_late=sum(late.values()),
                  not_reproduced={k: per[k] for k in got if not late[k]},
                  cells={k: per[k] for k in got}, beside=beside, **lists,
                  archs_missing=[a for a in LATE_ARCHS if not any(k.startswith(a + "/") for k in ran)])
@@ -137,7 +157,10 @@ def gradual_in_transformer(cells, max_share: float = 0.6, min_gain: float = 0.1)
         step = float(np.diff(b).max()) if len(b) > 1 else 0.0
         rows[k] = {"block_probe_accuracy": b.tolist(), "gain": gain, "max_step": step,
                    "gradual": gain >= min_gain and step <= max_share * gain}
-    return claim(cid, st, all(r["gradual"] for r in rows.values()), cells=rows, **lists)
+    text = "; ".join(f"{k}{' (partial)' if _partial(got[k]) else ''}: gain {r['gain']:.3f}, largest block step "
+                     f"{r['max_step']:.3f} (blocks {_p(r['block_probe_accuracy'])})" for k, r in rows.items())
+    return claim(cid, st, all(r["gradual"] for r in rows.values()), measured=text + _chance_text(lists),
+                 cells=rows, **lists)
 
 
 def dyck_early(cells) -> Claim:
@@ -150,7 +173,8 @@ def dyck_early(cells) -> Claim:
     if not got:
         return _none_counted(cid, st, lists)
     b = best_block(c)
-    return claim(cid, st, b <= c["n_layers"] // 2, best_block=b, n_layers=c["n_layers"],
+    return claim(cid, st, b <= c["n_layers"] // 2, measured=f"best block {b} of {c['n_layers']} (blocks "
+                 f"{_p(_blocks(c))})", best_block=b, n_layers=c["n_layers"],
                  block_probe_accuracy=_blocks(c).tolist(), **lists)
 
 
@@ -177,7 +201,9 @@ def s3_with_parity(cells) -> Claim:
     if not per:
         return _none_counted(cid, st, lists)
     closer = [a for a, d in per.items() if d["d_parity"] < d["d_dyck"]]
-    return claim(cid, st, len(closer) > len(per) / 2, archs_closer_to_parity=closer, n_archs=len(per),
+    text = "; ".join(f"{a}: to parity {d['d_parity']:.2f}, to dyck {d['d_dyck']:.2f}" for a, d in per.items())
+    return claim(cid, st, len(closer) > len(per) / 2, measured=text + _chance_text(lists),
+                 archs_closer_to_parity=closer, n_archs=len(per),
                  distances=per, **lists)
 
 
@@ -215,7 +241,11 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
     ood_rows = [r for r in per.values() if "unseen" in r]
     n_ood = sum(r["unseen"]["wins"] for r in ood_rows)
     holds = n_train > len(per) / 2 and bool(ood_rows) and n_ood > len(ood_rows) / 2
-    return claim(cid, st, holds, n_cells=len(per), n_wins_train_len=n_train, n_cells_unseen=len(ood_rows),
+    text = "drop probe subspace / random subspace (train length; lengths >= %d): " % ood_min_len + "; ".join(
+        f"{k} {r['train']['probe_subspace']:.2f}/{r['train']['random_subspace']:.2f}"
+        + (f", {r['unseen']['probe_subspace']:.2f}/{r['unseen']['random_subspace']:.2f}" if "unseen" in r else "")
+        for k, r in per.items())
+    return claim(cid, st, holds, measured=text + _chance_text(lists), n_cells=len(per), n_wins_train_len=n_train, n_cells_unseen=len(ood_rows),
                  n_wins_unseen=n_ood, at_chance_at_unseen_lengths=sorted(at_chance_ood), cells=per, **lists)
 
 
@@ -255,7 +285,10 @@ def readability_causality(cells, margin: float = CAUSAL_MARGIN) -> Claim:
     if not with_causal:
         return claim(cid, st, False, reason=f"no block's ablation drop clears its random control by {margin}",
                      no_causal_block=sorted(no_causal), cells=per, **lists)
-    return claim(cid, st, len(split) > len(with_causal) / 2, n_cells=len(with_causal), n_split=len(split),
+    text = "; ".join(f"{k}: readable block {r['readable_block']}, causal block {r['causal_block']}"
+                     for k, r in with_causal.items()) + "; no causal block: " + ", ".join(sorted(no_causal))
+    return claim(cid, st, len(split) > len(with_causal) / 2, measured=text + _chance_text(lists),
+                 n_cells=len(with_causal), n_split=len(split),
                  split=split, no_causal_block=sorted(no_causal), cells=per, **lists)
 
 
@@ -291,7 +324,9 @@ def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS) -> Claim:
         return claim(cid, st, None, reason=f"Mamba with and without Conv1D needs >= {min_seeds} seeds on parity, s3 "
                      "and dyck", seeds=seeds)
     holds = per["parity"]["lo"] > 0 and per["s3"]["lo"] > 0 and per["dyck"]["lo"] <= 0 <= per["dyck"]["hi"]
-    return claim(cid, st, holds, **{f"{t}_drop": v for t, v in per.items()},
+    text = "; ".join(f"{t}: drop {v['mean']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}] (accuracy with {np.mean(v['acc_with']):.3f}"
+                     f", without {np.mean(v['acc_without']):.3f})" for t, v in per.items())
+    return claim(cid, st, holds, measured=text, **{f"{t}_drop": v for t, v in per.items()},
                  note="compares task accuracy itself (any accuracy, also at chance); acc_with / acc_without are "
                       "the mean accuracies over lengths per seed")
 
