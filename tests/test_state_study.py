@@ -256,3 +256,13 @@ def test_no_weight_decay_on_ssm_parameters():
                or n.endswith("dt_proj.bias")]
         assert ssm and not set(ssm) & names, (arch, sorted(set(ssm) & names))
         assert any(isinstance(q, torch.nn.Parameter) and q.dim() >= 2 for q in opt.param_groups[0]["params"])
+
+
+def test_saved_cells_ignore_the_pretrained_part_settings():
+    import importlib
+
+    state_run = importlib.import_module("dlmlab.studies.state.run")
+    p = PRESETS["smoke"]
+    same = dataclasses.replace(p, pretrain_small="", pretrained_paths=["/ckpt/x"], pretrained_steps=7)
+    assert state_run._cell_config(same) == state_run._cell_config(p)
+    assert state_run._cell_config(dataclasses.replace(p, default_steps=26)) != state_run._cell_config(p)

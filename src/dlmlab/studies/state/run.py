@@ -162,6 +162,15 @@ def seeded(p: StatePreset, seed: int) -> StatePreset:
     return p if seed == 0 else dataclasses.replace(p, seed=p.seed + seed)
 
 
+# preset fields of the pretrained-scale part only: a saved cell stays valid when they change
+_PRETRAINED_FIELDS = ("pretrain_small", "pretrained_paths", "pretrained_task", "pretrained_steps")
+
+
+def _cell_config(p: StatePreset) -> dict:
+    """The preset as saved with each cell (JSON types), without the pretrained-part fields."""
+    return {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(p))).items() if k not in _PRETRAINED_FIELDS}
+
+
 def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path) -> dict:
     """One job (possibly on a worker process): train (and for a main cell analyse) one run, then save it."""
     v, _, s = key
@@ -171,8 +180,7 @@ def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path) -
     if is_main_process():
         path = _cell_path(out, key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"preset": dataclasses.asdict(p), "seed": s, "cell": cell},
-                                           default=_plain))
+        atomic_write_text(path, json.dumps({"preset": _cell_config(p), "seed": s, "cell": cell}, default=_plain))
     return cell
 
 
@@ -194,7 +202,7 @@ def load_cell(out: Path, key: Key, p: StatePreset) -> dict | None:
         saved = json.loads(path.read_text())
     except json.JSONDecodeError:
         return None  # a torn write: recompute the cell
-    if saved.get("preset") != json.loads(json.dumps(dataclasses.asdict(p))) or saved.get("seed") != key[2]:
+    if saved.get("preset") != _cell_config(p) or saved.get("seed") != key[2]:
         return None
     cell = saved["cell"]
     # JSON turned the evaluation lengths (dict keys) into strings
