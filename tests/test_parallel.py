@@ -55,11 +55,13 @@ def test_default_workers_reads_the_environment(monkeypatch):
 # wall-clock measurements: the only part of a study's results.json allowed to differ between runs
 WALL_CLOCK_KEYS = {"seconds", "wall_time_s", "train_time_s", "analysis_time_s", "speed", "environment"}
 WALL_CLOCK_CLAIMS = {"few_step_sampling_faster_than_ar"}
+TIMING_SUFFIXES = ("time_s", "cpu_s")  # measured seconds (wall or CPU), e.g. a cell's cpu_time_s
 WALL_CLOCK_COLUMNS = ("tokens/s", "speed", "seconds", "time")  # and names ending in " s" (e.g. "train s")
 
 
 def without_wall_clock(x):
-    """A results.json (or part of it) without its wall-clock fields: WALL_CLOCK_KEYS at any depth, the speed
+    """A results.json (or part of it) without its timing fields: WALL_CLOCK_KEYS and keys ending in TIMING_SUFFIXES
+    at any depth, the speed
     claims, and table columns named like WALL_CLOCK_COLUMNS."""
     if isinstance(x, list):
         return [without_wall_clock(v) for v in x if not (isinstance(v, dict) and v.get("id") in WALL_CLOCK_CLAIMS)]
@@ -69,7 +71,7 @@ def without_wall_clock(x):
         wall = lambda c: any(w in c for w in WALL_CLOCK_COLUMNS) or c.endswith(" s")  # noqa: E731
         keep = [i for i, c in enumerate(x["columns"]) if not wall(str(c).lower())]
         x = {**x, "columns": [x["columns"][i] for i in keep], "rows": [[r[i] for i in keep] for r in x["rows"]]}
-    return {k: without_wall_clock(v) for k, v in x.items() if k not in WALL_CLOCK_KEYS}
+    return {k: without_wall_clock(v) for k, v in x.items() if k not in WALL_CLOCK_KEYS and not k.endswith(TIMING_SUFFIXES)}
 
 
 def smoke_results(name: str, out, workers: str, monkeypatch) -> dict:

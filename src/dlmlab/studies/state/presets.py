@@ -109,8 +109,10 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
         require(self.conv_seeds >= 1, f"conv_seeds must be >= 1, got {self.conv_seeds}")
         bad = sorted(set(self.conv_tasks) - set(ALL_TASKS)) + sorted(set(self.patch_tasks) - set(ALL_TASKS))
         require(not bad, f"conv_tasks / patch_tasks: unknown task(s) {bad}; choose from {ALL_TASKS}")
-        require(self.pretrain_small in ("", "smoke", "cpu"),
-                f"pretrain_small must be '', 'smoke' or 'cpu', got {self.pretrain_small!r}")
+        from dlmlab.studies.state.pretrain_small import RECIPES
+
+        require(self.pretrain_small in ("", *RECIPES),
+                f"pretrain_small must be '' (off) or one of {sorted(RECIPES)}, got {self.pretrain_small!r}")
         require(self.pretrained_task in ALL_TASKS, f"pretrained_task must be one of {ALL_TASKS}")
 
 
@@ -124,7 +126,7 @@ def _lookup_archs(arch: str | None) -> list[str]:
 PRESETS: dict[str, StatePreset] = {
     "smoke": StatePreset(d_model=32, n_layers=2, default_steps=25, batch_size=16, eval_lens=[40, 80],
                          eval_seqs=16, probe_seqs=16, probe_samples=300, probe_max_iter=100, patch_seqs=8,
-                         code_max_files=6, pretrain_small="smoke"),
+                         code_max_files=6, pretrain_small="smoke", pretrained_steps=30),
     # cpu: the study's sizes (d_model 128, 4 layers, ~830K parameters for every architecture) at batch 16.
     # Steps per architecture and task spend the 2-core budget where a model was still learning in single-cell
     # runs (docs/state.md, "cpu preset recipe"); lr 1e-2 for LSTM / GRU, 1e-3 for the Transformer, 3e-3 for

@@ -138,10 +138,8 @@ def run_pretrained_part(p: StatePreset, out: Path, progress: bool) -> tuple[list
     paths = list(p.pretrained_paths)
     note = f"local checkpoints {paths}" if paths else ""
     if not paths and p.pretrain_small:
-        try:
-            from dlmlab.studies.state.pretrain_small import pretrain_small_models
-        except ImportError as e:
-            return [], f"Pretrained-scale part skipped: small pretraining unavailable ({type(e).__name__}: {e})."
+        from dlmlab.studies.state.pretrain_small import pretrain_small_models
+
         paths = pretrain_small_models(p, out / "pretrained", progress=progress)
         note = f"small models pretrained here (recipe {p.pretrain_small!r})"
     if not paths:
@@ -149,7 +147,11 @@ def run_pretrained_part(p: StatePreset, out: Path, progress: bool) -> tuple[list
                     f"{ENV_PRETRAINED}) and pretrain_small off.")
     from dlmlab.studies.state.pretrained import run_pretrained
 
-    return [run_pretrained(path, p.pretrained_task, p, progress=progress) for path in paths], note
+    results = [run_pretrained(path, p.pretrained_task, p, progress=progress) for path in paths]
+    for r in results:  # folders written here are named relative to the output folder (same on every machine)
+        if Path(r["path"]).resolve().is_relative_to(out.resolve()):
+            r["path"] = str(Path(r["path"]).resolve().relative_to(out.resolve()))
+    return results, note
 
 
 def _cell_path(out: Path, key: Key) -> Path:
