@@ -25,18 +25,16 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from dlmlab.analysis import layers
 from dlmlab.analysis.probes import ProbeResult, control_labels, probe_classification
 
 _RESID = re.compile(r"^blocks\.(\d+)\.resid_post$")
 
 
 def residual_layers(model) -> list[str]:
-    """Hook names of the residual stream after each layer, embedding first."""
-    names = model.hook_points
-    blocks = sorted((int(m.group(1)), n) for n in names if (m := _RESID.match(n)))
-    if not blocks:
-        raise ValueError("model has no 'blocks.{i}.resid_post' hook points")
-    return (["embed"] if "embed" in names else []) + [n for _, n in blocks]
+    """Hook names of the residual stream after each layer, embedding first (:func:`dlmlab.analysis.layers.residual_layers`
+    with ``start="embed"``)."""
+    return layers.residual_layers(model, start="embed")
 
 
 @torch.no_grad()
