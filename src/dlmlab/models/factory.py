@@ -115,8 +115,22 @@ def count_config_params(arch: str, cfg) -> int:
         return count_params(model_cls(cfg))
 
 
+_WIDTHS: dict[tuple, int] = {}  # solved widths by (arch, knob, target, config fields): a solve builds ~10 models
+
+
 def _solve_width(arch: str, base: dict, knob: str, target: int) -> int:
-    """Width (multiple of ``step``) whose parameter count is closest to ``target``."""
+    """Width (multiple of ``step``) whose parameter count is closest to ``target`` (memoised)."""
+    try:
+        key = (arch, knob, target, tuple(sorted(base.items())))
+        hash(key)
+    except TypeError:  # an unhashable field value: solve without the memo
+        return _solve_width_uncached(arch, base, knob, target)
+    if key not in _WIDTHS:
+        _WIDTHS[key] = _solve_width_uncached(arch, base, knob, target)
+    return _WIDTHS[key]
+
+
+def _solve_width_uncached(arch: str, base: dict, knob: str, target: int) -> int:
     cfg_cls, _, _ = _arch_classes(arch)
     step = int(base.get("headdim", 32)) if arch == "mamba2" else 1
 
