@@ -69,33 +69,9 @@ def random_basis(d: int, k: int, seed: int = 0) -> np.ndarray:
     return q.T
 
 
-@torch.no_grad()
-def tagging_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
-                     interventions: Mapping[str, Callable] | None = None, batch_size: int = 256) -> float:
-    """Fraction of positions where argmax logits == labels; ``interventions`` as in ``model.replace``."""
-    if labels.shape != tokens.shape:
-        raise ValueError(f"labels {tuple(labels.shape)} must match tokens {tuple(tokens.shape)}")
-    was_training = model.training
-    model.eval()
-    correct = 0
-    try:
-        for i in range(0, tokens.shape[0], batch_size):
-            x = tokens[i:i + batch_size]
-            if interventions:
-                with model.replace(dict(interventions)):
-                    logits = model(x)
-            else:
-                logits = model(x)
-            correct += int((logits.argmax(-1).cpu() == labels[i:i + batch_size]).sum())
-    finally:
-        model.train(was_training)
-    return correct / max(1, labels.numel())
-
-
-@torch.no_grad()
-def per_sequence_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
-                          interventions: Mapping[str, Callable] | None = None, batch_size: int = 256) -> np.ndarray:
-    """tokens, labels [B, T] -> [B] fraction of each sequence's positions where argmax logits == labels."""
+def _hits(model, tokens: torch.Tensor, labels: torch.Tensor, interventions: Mapping[str, Callable] | None,
+          batch_size: int) -> list[torch.Tensor]:
+    """Per batch, [b, T] bool: argmax logits == labels (eval mode, ``interventions`` as in ``model.replace``)."""
     if labels.shape != tokens.shape:
         raise ValueError(f"labels {tuple(labels.shape)} must match tokens {tuple(tokens.shape)}")
     was_training = model.training
@@ -109,9 +85,25 @@ def per_sequence_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
                     logits = model(x)
             else:
                 logits = model(x)
-            out.append((logits.argmax(-1).cpu() == labels[i:i + batch_size]).double().mean(-1).numpy())
+            out.append(logits.argmax(-1).cpu() == labels[i:i + batch_size])
     finally:
         model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def tagging_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
+                     interventions: Mapping[str, Callable] | None = None, batch_size: int = 256) -> float:
+    """Fraction of positions where argmax logits == labels; ``interventions`` as in ``model.replace``."""
+    correct = sum(int(h.sum()) for h in _hits(model, tokens, labels, interventions, batch_size))
+    return correct / max(1, labels.numel())
+
+
+@torch.no_grad()
+def per_sequence_accuracy(model, tokens: torch.Tensor, labels: torch.Tensor,
+                          interventions: Mapping[str, Callable] | None = None, batch_size: int = 256) -> np.ndarray:
+    """tokens, labels [B, T] -> [B] fraction of each sequence's positions where argmax logits == labels."""
+    out = [h.double().mean(-1).numpy() for h in _hits(model, tokens, labels, interventions, batch_size)]
     return np.concatenate(out) if out else np.zeros(0)
 
 

@@ -126,13 +126,10 @@ class LinearSchedule(NoiseSchedule):
 
 
 @dataclass
-class LogLinearSchedule(NoiseSchedule):
-    """``alpha(t) = 1 - (1 - eps) t``: total noise ``sigma(t) = -log(1 - (1 - eps) t)`` is log-linear (MDLM, SEDD);
-    a token stays clean with probability ``eps`` at t=1.  Weight ``1 / t``; ``t`` is drawn from ``[t_min, 1]``."""
+class _LowTimeSchedule(NoiseSchedule):
+    """A schedule whose training times are drawn from ``[t_lo, 1]`` (its weight diverges at t = 0)."""
 
     t_lo: float = 1e-3
-
-    name = "loglinear"
 
     def validate(self) -> None:
         super().validate()
@@ -141,6 +138,14 @@ class LogLinearSchedule(NoiseSchedule):
     @property
     def t_min(self) -> float:
         return self.t_lo
+
+
+@dataclass
+class LogLinearSchedule(_LowTimeSchedule):
+    """``alpha(t) = 1 - (1 - eps) t``: total noise ``sigma(t) = -log(1 - (1 - eps) t)`` is log-linear (MDLM, SEDD);
+    a token stays clean with probability ``eps`` at t=1.  Weight ``1 / t``; ``t`` is drawn from ``[t_min, 1]``."""
+
+    name = "loglinear"
 
     def alpha(self, t):
         return 1.0 - (1.0 - self.eps) * t
@@ -150,7 +155,7 @@ class LogLinearSchedule(NoiseSchedule):
 
 
 @dataclass
-class CosineSchedule(NoiseSchedule):
+class CosineSchedule(_LowTimeSchedule):
     """``alpha(t) = eps + (1 - eps) cos(pi t / 2)`` (MDLM's cosine): few tokens masked at small t.
 
     Weight ``(pi / 2) sin(pi t / 2) / (1 - cos(pi t / 2))`` (about ``2 / t`` near 0); ``t`` is drawn
@@ -159,17 +164,7 @@ class CosineSchedule(NoiseSchedule):
     the reverse (``1 - cos(pi u / 2)``, few first), which is :meth:`mask_prob` at ``u`` with eps = 0.
     """
 
-    t_lo: float = 1e-3
-
     name = "cosine"
-
-    def validate(self) -> None:
-        super().validate()
-        require(0 < self.t_lo < 1, f"noise schedule t_lo must be in (0, 1), got {self.t_lo}")
-
-    @property
-    def t_min(self) -> float:
-        return self.t_lo
 
     def alpha(self, t):
         return self.eps + (1.0 - self.eps) * _cos(math.pi / 2 * t)
