@@ -20,6 +20,7 @@ from dlmlab.studies.reversal.hf_finetune import (AlignedLM, HFFinetuneConfig, fi
 from dlmlab.tasks.relations import load_person_description, train_relation_tokenizer  # noqa: E402
 from dlmlab.training import TrainConfig  # noqa: E402
 from dlmlab.training.lora import LoraSettings  # noqa: E402
+from llada_format import llada_config, llada_weights  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,26 +51,8 @@ def _hf(kind: str, vocab: int):
 
 def _llada_folder(path, hf, mask_id: int):
     """A Llama's weights under LLaDA's parameter names and config (non-fused llama block)."""
-    c, sd = hf.config, hf.state_dict()
-    pre = "model.transformer."
-    w = {pre + "wte.weight": sd["model.embed_tokens.weight"], pre + "ln_f.weight": sd["model.norm.weight"],
-         pre + "ff_out.weight": sd["lm_head.weight"]}
-    for i in range(c.num_hidden_layers):
-        p, b = f"model.layers.{i}.", f"{pre}blocks.{i}."
-        w |= {b + "attn_norm.weight": sd[p + "input_layernorm.weight"],
-              b + "ff_norm.weight": sd[p + "post_attention_layernorm.weight"],
-              b + "attn_out.weight": sd[p + "self_attn.o_proj.weight"],
-              b + "ff_out.weight": sd[p + "mlp.down_proj.weight"],
-              b + "ff_proj.weight": sd[p + "mlp.gate_proj.weight"], b + "up_proj.weight": sd[p + "mlp.up_proj.weight"]}
-        w |= {b + f"{n}_proj.weight": sd[p + f"self_attn.{n}_proj.weight"] for n in "qkv"}
-    cfg = {"model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": c.hidden_size,
-           "n_heads": c.num_attention_heads, "n_kv_heads": c.num_key_value_heads, "n_layers": c.num_hidden_layers,
-           "mlp_hidden_size": c.intermediate_size, "mlp_ratio": 4, "activation_type": "silu", "block_type": "llama",
-           "block_group_size": 1, "layer_norm_type": "rms", "rms_norm_eps": c.rms_norm_eps, "rope": True,
-           "rope_theta": 10000.0, "alibi": False, "include_bias": False, "include_qkv_bias": False,
-           "bias_for_layer_norm": False, "attention_layer_norm": False, "input_emb_norm": False,
-           "scale_logits": False, "weight_tying": False, "vocab_size": c.vocab_size, "embedding_size": c.vocab_size,
-           "max_sequence_length": 256, "mask_token_id": mask_id}
+    cfg = llada_config(hf.config, max_sequence_length=256, mask_token_id=mask_id)
+    w = llada_weights(hf)
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(cfg))
     save_file({k: v.contiguous() for k, v in w.items()}, str(path / "model.safetensors"))
