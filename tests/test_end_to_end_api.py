@@ -89,8 +89,6 @@ def patching(model, tokens: torch.Tensor, objective: str) -> None:
 
 
 def cached_run(model, tokens: torch.Tensor) -> None:
-    if not hasattr(model, "run_with_cache"):
-        pytest.skip("HookedModule.run_with_cache is not yet available")
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens)
         assert torch.allclose(logits, model(tokens), atol=1e-5)  # (a full cache may take the unfused path)

@@ -172,7 +172,6 @@ def _tiny_gpt2(tmp_path, with_tokenizer: bool):
 
 
 def test_hugging_face_folder_loads_with_its_tokenizer(tmp_path):
-    pytest.importorskip("dlmlab.models.hf_auto", reason="dlmlab.models.hf_auto not yet available")
     hf = _tiny_gpt2(tmp_path, with_tokenizer=True)
     run = dlmlab.load(tmp_path)
     assert (run.format, run.family, run.objective, run.mask_id, run.shift_logits, run.step) == \
@@ -186,7 +185,6 @@ def test_hugging_face_folder_loads_with_its_tokenizer(tmp_path):
 
 
 def test_hugging_face_folder_without_tokenizer_files(tmp_path):
-    pytest.importorskip("dlmlab.models.hf_auto", reason="dlmlab.models.hf_auto not yet available")
     _tiny_gpt2(tmp_path, with_tokenizer=False)
     run = dlmlab.load(tmp_path, dtype=torch.float64)
     assert run.tokenizer is None and next(run.model.parameters()).dtype == torch.float64

@@ -201,8 +201,6 @@ def test_loaded_noise_is_the_trained_schedule(loglinear_run, tmp_path):
 
 def test_model_json_records_the_schedule(loglinear_run, tmp_path):
     card = json.loads((loglinear_run / "model.json").read_text())
-    if "noise" not in card:
-        pytest.skip("dlmlab.training.train does not take noise= yet, so model.json cannot record it")
     assert card["noise"] == {"name": "loglinear", "eps": 0.05, "t_lo": 0.001}
     # a checkpoint folder taken out of its run still knows its schedule
     alone = tmp_path / "alone"
