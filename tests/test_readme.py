@@ -25,8 +25,7 @@ def test_python_blocks_are_found():
 @pytest.mark.parametrize("doc", DOCS)
 def test_doc_code_runs(doc, tmp_path, monkeypatch):
     path = REPO / doc
-    if not path.exists():
-        pytest.skip(f"{doc} does not exist")
+    assert path.exists(), f"{doc} does not exist"
     blocks = python_blocks(path.read_text())
     assert blocks, f"{doc} has no python code blocks"
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
