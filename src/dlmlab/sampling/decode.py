@@ -248,7 +248,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
 def _step_forward(run: _Run, cfg: DecodeConfig, s: int, e: int, ve: int, j: int, step: int,
                   active: torch.Tensor, fresh: torch.Tensor, reuse_ok: bool):
     """Run the model as this step's cache kind requires -> (rows or None, window start, logits) or None (reused)."""
-    N, B = run.N, run.B
+    N = run.N
     need = active & ~fresh if reuse_ok else active
     if cfg.cache == "none":
         if not bool(need.any()):
