@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from dlmlab.config import Config, require
@@ -101,6 +101,9 @@ PRESETS: dict[str, InductionPreset] = {
     "cpu": InductionPreset(depths=[1, 2], seq_len=64, min_half=16, positions="learned", random_ids="text",
                            batch_size=32, steps=STEPS_CPU, text_steps=6000, p_repeated=0.75, schedule="constant",
                            t_min=0.02, t_max=0.5, patch_low=0.05, patch_high=0.5, ckpt_every=1000),
+    # cpu_reserved_ids: the cpu recipe with the repeated rows drawn from n_random reserved ids (never seen in
+    # text) instead of text ids: does the circuit change?  (docs/induction.md, "Reserved vs text ids").
+    # Not a CLI choice: `python -c "from dlmlab.studies.induction import run; run('cpu_reserved_ids', 'DIR')"`.
     # paper: a local FineWeb-Edu sample ($DLMLAB_FINEWEB: a JSONL / Parquet file or folder), else the offline
     # WikiText-2 validation + test text + Tiny Shakespeare; BPE 8192.  Not run here (needs a GPU).
     "paper": InductionPreset(random_ids="text", d_model=512, n_heads=16, seq_len=512, n_random=4096, min_half=128,
@@ -109,3 +112,4 @@ PRESETS: dict[str, InductionPreset] = {
                              warmup_steps=1000, schedule="cosine", threads=0, ckpt_every=1000, eval_seqs=512,
                              per_seq=16, probe_seqs=1024),
 }
+PRESETS["cpu_reserved_ids"] = replace(PRESETS["cpu"], random_ids="reserved")
