@@ -56,8 +56,10 @@ def test_bad_input_is_a_one_line_error(run_dir, tmp_path, capsys):
     cfg.write_text(CFG.format(obj="ar", mask="causal"))
     assert main(["train", str(cfg), "--out", str(tmp_path / "ar")]) == 0
     capsys.readouterr()
-    assert main(["sample", str(tmp_path / "ar"), "--no-progress"]) == 2
-    assert "mdlm" in capsys.readouterr().err
+    assert main(["sample", str(tmp_path / "ar"), "--no-progress"]) == 2  # an AR model samples after a prompt
+    assert "--prompt" in capsys.readouterr().err
+    assert main(["sample", str(tmp_path / "ar"), "--infill", "a [MASK] b", "--no-progress"]) == 2
+    assert "infill" in capsys.readouterr().err
 
 
 def test_ancestral_rule_follows_the_chosen_noise_schedule(run_dir, capsys):

@@ -3,7 +3,8 @@
 Accepted folders:
 
 * a run folder written by ``dlmlab train``, :func:`dlmlab.training.lm.run_training` or
-  :func:`dlmlab.training.train` (``model.json`` + ``checkpoints/``): its latest checkpoint;
+  :func:`dlmlab.training.train` (``model.json`` + ``checkpoints/``): its latest checkpoint, or
+  checkpoint ``N`` with ``load(run, step=N)``;
 * one of its checkpoint folders, ``RUN/checkpoints/step_N`` (that checkpoint);
 * a run of ``dlmlab train`` written before runs saved ``model.json`` (``config.json`` + ``checkpoints/``);
 * a local Hugging Face model folder (``config.json`` with ``model_type`` + weights): GPT-2, Llama,
@@ -188,11 +189,29 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
                   format=info.format, bidirectional=bool(info.bidirectional), noise=_noise(objective, None))
 
 
-def load(path: str | Path, dtype=None, device=None) -> Loaded:
+def _step_checkpoint(p: Path, step: int) -> Path:
+    """Checkpoint ``step`` of run folder ``p`` (a one-line error naming the steps it has, if not there)."""
+    from dlmlab.training.checkpoint import list_checkpoints
+
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise UserError(f"step must be a checkpoint's step number (an int >= 0), got {step!r}")
+    cks = list_checkpoints(p)
+    for s, ck in cks:
+        if s == step:
+            return ck
+    have = ", ".join(str(s) for s, _ in cks) or "none"
+    raise UserError(f"{p} has no checkpoint of step {step} (it keeps steps: {have}; train.keep_checkpoints "
+                    "sets how many are kept, 0 = all)")
+
+
+def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> Loaded:
     """Load a run folder, a checkpoint folder or a Hugging Face folder (see the module docstring).
 
     ``dtype`` / ``device``: where to put the model (default: as saved, float32 on the CPU).
-    A path that is none of these is a one-line :class:`~dlmlab.errors.UserError` saying what is accepted.
+    ``step``: with a run folder, load its checkpoint of that training step instead of the latest one
+    (``Loaded.step`` says which was loaded); a step the run does not keep is a one-line error listing
+    the steps it has.  A path that is none of these is a one-line :class:`~dlmlab.errors.UserError`
+    saying what is accepted.
     """
     from dlmlab.training.card import read_card
     from dlmlab.training.checkpoint import latest_checkpoint
@@ -202,6 +221,15 @@ def load(path: str | Path, dtype=None, device=None) -> Loaded:
         raise UserError(f"{p} does not exist; {ACCEPTED}")
     if not p.is_dir():
         raise UserError(f"{p} is a file, not a folder; {ACCEPTED}")
+    if step is not None:
+        if _is_checkpoint(p):
+            raise UserError(f"{p} is a checkpoint folder; step= picks a checkpoint of a run folder (give the run)")
+        if (p / "checkpoints").is_dir() or (p / "model.json").is_file():
+            p = _step_checkpoint(p, step)
+        else:
+            raise UserError(f"{p} is not a dlmlab run folder (no checkpoints/), so it has no step {step} to load")
+        loaded = load(p, dtype, device)
+        return dataclasses.replace(loaded, step=step if loaded.step is None else loaded.step)
     if _is_checkpoint(p):
         run = p.parent.parent if p.parent.name == "checkpoints" else None
         card = read_card(p) or (read_card(run) if run is not None else None)

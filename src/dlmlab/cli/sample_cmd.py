@@ -1,8 +1,12 @@
-"""dlmlab sample RUN_OR_CHECKPOINT: masked-diffusion decoding of a model loaded by :func:`dlmlab.load`.
+"""dlmlab sample RUN_OR_CHECKPOINT: sampling from a model loaded by :func:`dlmlab.load`.
 
-Anything ``dlmlab.load`` loads with objective mdlm: a ``dlmlab train`` / ``train()`` run or one of its
-checkpoints (any family), or a Hugging Face LLaDA / Dream folder; its mask id and logit alignment
-(``shift_logits``, Dream) come with it.
+Objective mdlm (a ``dlmlab train`` / ``train()`` run or one of its checkpoints, any family, or a Hugging
+Face LLaDA / Dream folder): masked-diffusion decoding; its mask id and logit alignment (``shift_logits``,
+Dream) come with it.  The cache defaults to ``none`` (exact); an approximate one is used only when asked
+for, and every output row (and ``--html`` page) names the cache and whether it was exact.
+
+Objective ar (any family): left-to-right sampling with :func:`~dlmlab.sampling.ar.sample_ar`, KV-cached
+when the model takes a cache (a toolkit Transformer), else re-running the prefix.
 """
 
 from __future__ import annotations
@@ -20,17 +24,24 @@ from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.sampling import DecodeConfig, ModelDenoiser, decode
 
 EPILOG = """\
-RUN_OR_CHECKPOINT: anything dlmlab.load loads with a masked-diffusion objective (a run folder, one of its
-checkpoints, a Hugging Face LLaDA or Dream folder).  The mask id is the model's (the last vocabulary id
-of a dlmlab mdlm run); a model of another objective is refused.  Only toolkit Transformers take caches.
+RUN_OR_CHECKPOINT: anything dlmlab.load loads (a run folder, one of its checkpoints, a Hugging Face
+folder); --step N picks checkpoint N of a run folder.
+Masked-diffusion (mdlm) models: the mask id is the model's (the last vocabulary id of a dlmlab mdlm run).
 Infilling: --infill "text with [MASK:n] spans" (n masked tokens; [MASK] is one).  Without --prompt,
---prompt-file or --infill the samples are unconditional.  Caches: none and block_causal caches are
-exact; prompt / prefix / dual on a fully bidirectional model are approximate (see docs/sampling.md).
+--prompt-file or --infill the samples are unconditional.  Caches (only toolkit Transformers take them):
+the default none is exact, and so are block_causal caches; prompt / prefix / dual on a fully
+bidirectional model are approximate (see docs/sampling.md).  Every JSONL row names its cache and
+exactness.  --html PAGE.html writes the denoising trajectory as a self-contained page (step slider,
+the positions committed at each step, their confidence, the text so far).
+AR models (objective ar, any family): --prompt or --prompt-file is needed; KV-cached when the model
+takes a cache; --temperature and --top-p apply, the diffusion options do not.
 
 examples:
   dlmlab sample runs/mdlm --prompt "ROMEO:" --gen-len 64 --num-samples 4
   dlmlab sample runs/mdlm --threshold 0.9 --block-len 16 --cache dual --out samples.jsonl
   dlmlab sample runs/mdlm/checkpoints/step_0000300 --infill "To be, or [MASK:6] to be"
+  dlmlab sample runs/mdlm --prompt "ROMEO:" --gen-len 32 --html trajectory.html
+  dlmlab sample runs/ar --prompt "ROMEO:" --gen-len 64 --step 200
 """
 
 MASK_SPAN = re.compile(r"\[MASK(?::(\d+))?\]")
@@ -59,12 +70,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--factor", type=float, help="factor-based parallel decoding (e.g. 1.0)")
     p.add_argument("--block-len", type=int, default=d.block_len, help="semi-autoregressive blocks (0: one)")
     p.add_argument("--attention", default=d.attention, help="model | block_causal")
-    p.add_argument("--cache", default="none", help="none | prompt | prefix | dual (default none)")
+    p.add_argument("--cache", default=d.cache,
+                   help=f"none | prompt | prefix | dual (default {d.cache}: exact; the others may be approximate)")
     p.add_argument("--refresh-every", type=int, default=d.refresh_every)
     p.add_argument("--temperature", type=float, default=d.temperature)
     p.add_argument("--top-p", type=float, default=d.top_p)
     p.add_argument("--out", metavar="FILE.jsonl", help="also write one JSON line per sample")
     p.add_argument("--format", choices=("text", "jsonl"), default="text", help="what to print (default text)")
+    p.add_argument("--html", metavar="PAGE.html",
+                   help="also write the denoising trajectory as a self-contained HTML page (mdlm models)")
+    p.add_argument("--step", type=int, metavar="N", help="load checkpoint N of the run folder (default: the latest)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -74,21 +89,25 @@ def load_denoiser(path: str) -> tuple[ModelDenoiser, object, int | None]:
     return den, tok, limit
 
 
-def _load(path: str):
-    """(denoiser, tokenizer, max positions or None, noise schedule or None) of what :func:`dlmlab.load` loads."""
-    from dlmlab import load
+def _limit(model) -> int | None:
+    """The model's max positions (learned position embeddings), else None."""
+    cfg = getattr(model, "cfg", None)
+    return cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
 
-    run = load(path)
+
+def _load(path: str, step: int | None = None, run=None):
+    """(denoiser, tokenizer, max positions or None, noise schedule or None) of what :func:`dlmlab.load` loads."""
+    from dlmlab.loading import load  # (takes step=; dlmlab.load forwards only dtype and device)
+
+    run = run if run is not None else load(path, step=step)
     if run.objective != "mdlm" or run.mask_id is None:
-        raise UserError(f"{path} holds a model trained with objective {run.objective!r}; `dlmlab sample` needs a "
-                        "masked-diffusion (mdlm) model")
+        raise UserError(f"{path} holds a model trained with objective {run.objective!r}; masked-diffusion "
+                        "decoding needs an mdlm model (`dlmlab sample` samples an ar model left to right)")
     if run.tokenizer is None:
         raise UserError(f"{path} has no tokenizer, so prompts cannot be encoded")
     # trained to denoise, so a causal family (e.g. a Mamba mdlm run) is decoded with its own mask
     den = ModelDenoiser(run.model, run.mask_id, run.shift_logits, allow_causal=True)
-    cfg = getattr(run.model, "cfg", None)
-    limit = cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
-    return den, run.tokenizer, limit, run.noise
+    return den, run.tokenizer, _limit(run.model), run.noise
 
 
 def noise_name(chosen: str | None, trained, schedule: str) -> str:
@@ -140,31 +159,19 @@ def build_canvas(tok, mask_id: int, args) -> tuple[list[int], int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlmlab.loading import load  # (takes step=; dlmlab.load forwards only dtype and device)
+
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
     cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule,
                        noise=args.noise or DecodeConfig.noise, threshold=args.threshold, factor=args.factor,
                        block_len=args.block_len, attention=args.attention, cache=args.cache,
                        refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
-    den, tok, limit, trained = _load(args.run)
-    cfg = dataclasses.replace(cfg, noise=noise_name(args.noise, trained, args.schedule))
-    mask_id = den.mask_id
-    canvas, P, prompt_text = build_canvas(tok, mask_id, args)
-    if limit is not None and len(canvas) > limit:
-        raise UserError(f"prompt + generated = {len(canvas)} tokens exceeds the model's max_seq_len {limit}")
-    gen = torch.Generator().manual_seed(args.seed)
-    rows = []
-    with torch.no_grad():
-        for start in range(0, args.num_samples, args.batch_size):
-            n = min(args.batch_size, args.num_samples - start)
-            x = torch.tensor([canvas] * n)
-            res = decode(den, x, P, cfg, gen, progress=not args.no_progress)
-            for i, ids in enumerate(res.tokens.tolist()):
-                filled = [t for t, c in zip(ids, canvas) if c == mask_id]
-                rows.append({"index": start + i, "prompt": prompt_text, "text": tok.decode(ids[P:]),
-                             "full": tok.decode(ids), "filled_ids": filled, "steps": res.steps,
-                             "forwards": res.forwards, "cache": res.cache, "exactness": res.exactness,
-                             "config": dataclasses.asdict(cfg)})
+    loaded = load(args.run, step=args.step)
+    if loaded.objective == "ar":
+        rows = _sample_ar(loaded, args)
+    else:
+        rows = _sample_diffusion(loaded, cfg, args)
     lines = [strict_json(r) for r in rows]
     if args.out:
         atomic_write_text(Path(args.out), "\n".join(lines) + "\n")
@@ -175,3 +182,90 @@ def run(args: argparse.Namespace) -> int:
             print(f"--- sample {r['index']} ---")
             print(r["full"])
     return 0
+
+
+def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
+    den, tok, limit, trained = _load(args.run, run=loaded)
+    cfg = dataclasses.replace(cfg, noise=noise_name(args.noise, trained, args.schedule))
+    mask_id = den.mask_id
+    canvas, P, prompt_text = build_canvas(tok, mask_id, args)
+    if limit is not None and len(canvas) > limit:
+        raise UserError(f"prompt + generated = {len(canvas)} tokens exceeds the model's max_seq_len {limit}")
+    gen = torch.Generator().manual_seed(args.seed)
+    rows, records, first = [], [], None
+    with torch.no_grad():
+        for start in range(0, args.num_samples, args.batch_size):
+            n = min(args.batch_size, args.num_samples - start)
+            x = torch.tensor([canvas] * n)
+            res = decode(den, x, P, cfg, gen, progress=not args.no_progress, record=bool(args.html) and start == 0)
+            if start == 0:
+                records, first = res.trajectory, x
+            for i, ids in enumerate(res.tokens.tolist()):
+                filled = [t for t, c in zip(ids, canvas) if c == mask_id]
+                rows.append({"index": start + i, "prompt": prompt_text, "text": tok.decode(ids[P:]),
+                             "full": tok.decode(ids), "filled_ids": filled, "steps": res.steps,
+                             "forwards": res.forwards, "cache": res.cache, "exactness": res.exactness,
+                             "config": dataclasses.asdict(cfg)})
+    if args.html:
+        _write_html(args, records, first, P, mask_id, tok, cfg)
+    return rows
+
+
+def _write_html(args, records, canvas: torch.Tensor, P: int, mask_id: int, tok, cfg: DecodeConfig) -> None:
+    from dlmlab.sampling.trajectory_html import trajectory_page
+
+    def text(i: int) -> str:
+        try:
+            return tok.decode([i])
+        except (ValueError, KeyError, IndexError):
+            return f"<{i}>"
+
+    shown = canvas.shape[0]
+    notes = [f"model: {args.run}" + (f" (step {args.step})" if args.step is not None else ""),
+             f"decoder: {', '.join(f'{k}={v}' for k, v in dataclasses.asdict(cfg).items())}; seed {args.seed}",
+             f"samples shown: {shown} of {args.num_samples} (the first batch)"]
+    page = trajectory_page(records, canvas, P, mask_id, text, title="dlmlab sample: denoising trajectory",
+                           notes=notes)
+    atomic_write_text(Path(args.html), page)
+
+
+def _sample_ar(loaded, args) -> list[dict]:
+    from dlmlab.sampling.ar import sample_ar, supports_kv_cache
+
+    if args.html:
+        raise UserError("--html shows a denoising trajectory; this is an AR model (sampled left to right)")
+    if args.infill is not None:
+        raise UserError(f"{args.run} holds an AR model, which cannot fill --infill spans; use --prompt")
+    if loaded.tokenizer is None:
+        raise UserError(f"{args.run} has no tokenizer, so prompts cannot be encoded")
+    if args.gen_len < 1:
+        raise UserError(f"--gen-len must be >= 1, got {args.gen_len}")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise UserError(f"--temperature must be >= 0 and --top-p in (0, 1], got {args.temperature}, {args.top_p}")
+    tok = loaded.tokenizer
+    if args.prompt_file is not None:
+        try:
+            text = Path(args.prompt_file).read_text()
+        except OSError as e:
+            raise UserError(f"cannot read --prompt-file {args.prompt_file}: {e.strerror}") from None
+    else:
+        text = args.prompt or ""
+    ids = _encode(tok, text)
+    if not ids:
+        raise UserError("an AR model samples after a prompt: give --prompt or --prompt-file (at least one token)")
+    limit = _limit(loaded.model)
+    if limit is not None and len(ids) + args.gen_len > limit:
+        raise UserError(f"prompt + generated = {len(ids) + args.gen_len} tokens exceeds the model's max_seq_len {limit}")
+    cached = supports_kv_cache(loaded.model)
+    gen = torch.Generator().manual_seed(args.seed)
+    rows = []
+    with torch.no_grad():
+        for start in range(0, args.num_samples, args.batch_size):
+            n = min(args.batch_size, args.num_samples - start)
+            out = sample_ar(loaded.model, torch.tensor([ids] * n), args.gen_len, args.temperature, args.top_p, gen)
+            for i, row in enumerate(out.tolist()):
+                rows.append({"index": start + i, "prompt": text, "text": tok.decode(row[len(ids):]),
+                             "full": tok.decode(row), "generated_ids": row[len(ids):], "objective": "ar",
+                             "family": loaded.family, "step": loaded.step, "kv_cache": cached,
+                             "config": {"temperature": args.temperature, "top_p": args.top_p}})
+    return rows

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import sys
+from pathlib import Path
 
 from dlmlab import outdir
-from dlmlab.files import strict_json
-from dlmlab.training.lm import load_run_config, run_training
+from dlmlab.errors import UserError
+from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.training.checkpoint import latest_checkpoint
+from dlmlab.training.distributed import init_from_env
+from dlmlab.training.lm import RunConfig, config_differences, load_run_config, run_config_dict, run_training
 
 
 EPILOG = """\
@@ -25,6 +31,10 @@ objective, mask id, noise), metrics.jsonl (one JSON row per logged step), eval.j
 checkpoints/step_N/{model,optimizer}.safetensors + state.json + model.json + tokenizer.json.
 Load the run, or any checkpoint folder, with dlmlab.load(DIR) in Python.
 Re-running the same command resumes exactly from the latest checkpoint (also after kill -9).
+A run extends with --steps M (M total steps, more than it has trained): it resumes from its latest
+checkpoint and trains on to step M (the learning-rate schedule then spans M steps, so with a decaying
+train.schedule the steps after the old end are not those of a fresh M-step run).  Pruning of old
+checkpoints (train.keep_checkpoints) prints one line naming the kept and the removed ones.
 --no-resume starts over: an earlier run's files are moved into DIR/previous-<time>/, not deleted.
 One run at a time per DIR: a second command on a DIR in use stops with an error (DIR/.dlmlab.lock).
 
@@ -32,6 +42,7 @@ examples:
   dlmlab train configs/shakespeare_ar.yaml --out runs/ar
   dlmlab train configs/shakespeare_mdlm.yaml --out runs/mdlm --steps 50
   dlmlab train configs/shakespeare_mamba_ar.yaml --out runs/mamba
+  dlmlab train configs/shakespeare_ar.yaml --out runs/ar --steps 2000   # extend a finished run to 2000 steps
   torchrun --nproc_per_node 2 --standalone -m dlmlab.cli.main train configs/shakespeare_ar.yaml --out runs/ar2
 """
 
@@ -42,7 +53,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="run directory (resumed if it holds a checkpoint)")
     p.add_argument("--no-resume", action="store_true",
                    help="start over even if DIR holds a run (its files are moved to DIR/previous-<time>/)")
-    p.add_argument("--steps", type=int, help="override train.steps")
+    p.add_argument("--steps", type=int, metavar="M",
+                   help="override train.steps (total steps); on a run folder, extends the run to M steps")
+
+
+def extend_run(out: Path, cfg: RunConfig) -> bool:
+    """Prepare run folder ``out`` to train on to ``cfg.train.steps`` when its config differs only there.
+
+    A run folder with a checkpoint whose ``config.json`` differs from ``cfg`` in ``train.steps`` alone
+    is extended (or, unfinished, given a new end): its ``config.json`` takes the new step count, so
+    the resume that follows continues from the latest checkpoint up to the new total; a total below
+    the steps already trained is a one-line error.  Returns True when the folder was prepared, False
+    when there is nothing to do (no run there, the same steps, or other differences, which
+    :func:`~dlmlab.training.lm.run_training` reports).
+    """
+    cfg_path = out / "config.json"
+    ck = latest_checkpoint(out) if (out / "checkpoints").is_dir() else None
+    if ck is None or not cfg_path.is_file():
+        return False
+    try:
+        old = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # run_training says what is wrong with it
+    new = run_config_dict(cfg)
+    diffs = config_differences(old if isinstance(old, dict) else {}, new)
+    if not diffs or any(not d.startswith("train.steps:") for d in diffs):
+        return False
+    trained = int(json.loads((ck / "state.json").read_text()).get("step", 0))
+    total = cfg.train.steps
+    if total < trained:
+        raise UserError(f"{out} has trained {trained} steps (its latest checkpoint); --steps {total} is fewer: "
+                        f"give --steps above {trained} to extend it, or --no-resume to start over")
+    ctx = init_from_env()
+    if ctx.is_main:
+        atomic_write_text(cfg_path, strict_json(new, indent=1))
+        print(f"extending the run in {out}: from its checkpoint at step {trained} to {total} steps "
+              f"(train.steps was {old.get('train', {}).get('steps')})", file=sys.stderr)
+    ctx.barrier()
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,9 +98,9 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:  # replace() checks the changed config again
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=args.steps))
     with outdir.locked(args.out, "dlmlab train"), outdir.write_errors(args.out):
+        if not args.no_resume:
+            extend_run(Path(args.out), cfg)
         result = run_training(cfg, args.out, resume=not args.no_resume)
-    from dlmlab.training.distributed import init_from_env
-
     if init_from_env().is_main:
         print(strict_json({"out": args.out, "eval": result["eval"]}))
     return 0

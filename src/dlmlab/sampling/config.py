@@ -27,9 +27,11 @@ class DecodeConfig(Config):
     block_len: semi-autoregressive blocks of this many positions, left to right (0: one block).
     attention: ``model`` (the model's own mask: PreDiff hybrid, MDLM bidirectional) or
         ``block_causal`` (a position sees its own block and earlier ones; the prompt is block 0).
-    cache: ``none`` (recompute every position each step), ``prompt`` (prompt keys/values once),
-        ``prefix`` (prompt and finished blocks), ``dual`` (prefix and the masked suffix).  See
-        :func:`~dlmlab.sampling.caches.cache_exactness` for when each is exact.
+    cache: ``none`` (the default: recompute every position each step; always exact), ``prompt`` (prompt
+        keys/values once), ``prefix`` (prompt and finished blocks), ``dual`` (prefix and the masked suffix).
+        See :func:`~dlmlab.sampling.caches.cache_exactness` for when each is exact: a cache other than
+        ``none`` is used only when asked for, and every result and trajectory record names it and says
+        whether it was exact.
     refresh_every: approximate caches are recomputed at each block start and every this many steps.
     reuse_unchanged: reuse a row's last output when its input did not change (MDLM's cached sampler;
         exact, used only without self-conditioning).
@@ -43,7 +45,7 @@ class DecodeConfig(Config):
     factor: float | None = None
     block_len: int = 0
     attention: Attention = "model"
-    cache: Cache = "prompt"
+    cache: Cache = "none"
     refresh_every: int = 0
     reuse_unchanged: bool = True
     temperature: float = 1.0

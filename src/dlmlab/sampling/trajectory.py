@@ -47,7 +47,14 @@ class Activation:
 @dataclass
 class StepRecord:
     """One denoising step.  Shapes: tokens, committed, confidence, entropy [B,N] (N: prompt + generated);
-    confidence / entropy are NaN where the position was not a candidate this step; logits [B, block, V]."""
+    confidence / entropy are NaN where the position was not a candidate this step; logits [B, block, V].
+
+    cache / exact: the decoder's cache kind (``none``, ``prompt``, ``prefix``, ``dual``) and whether it is
+    exact for this model and attention (:func:`~dlmlab.sampling.caches.cache_exactness`), so that a step
+    computed with an approximate cache says so wherever the record goes.  Every record in a
+    :class:`DecodeResult`'s trajectory carries them (``None`` only on a record built elsewhere and not
+    yet labelled).
+    """
 
     step: int
     block: int
@@ -59,12 +66,23 @@ class StepRecord:
     entropy: torch.Tensor
     activations: list[Activation] = field(default_factory=list)
     logits: torch.Tensor | None = None
+    cache: str | None = None
+    exact: bool | None = None
+
+    def label(self, cache: str, exactness: str) -> None:
+        """Set :attr:`cache` / :attr:`exact` (``exactness``: ``"exact"`` or ``"approximate"``) where unset."""
+        if self.cache is None:
+            self.cache = cache
+        if self.exact is None:
+            self.exact = exactness == "exact"
 
 
 @dataclass
 class DecodeResult:
     """tokens [B,N]; steps: denoising steps taken; forwards: model calls; positions: token positions
-    computed (rows x window, summed over calls); trajectory: per-step records when asked for."""
+    computed (rows x window, summed over calls); cache / exactness: the cache kind and ``"exact"`` or
+    ``"approximate"``; trajectory: per-step records when asked for, each labelled with the cache and
+    whether it is exact (:attr:`StepRecord.cache`, :attr:`StepRecord.exact`)."""
 
     tokens: torch.Tensor
     steps: int
@@ -73,3 +91,7 @@ class DecodeResult:
     cache: str
     exactness: str
     trajectory: list[StepRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for rec in self.trajectory:
+            rec.label(self.cache, self.exactness)

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -112,6 +113,7 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.op
 
     Pruning keeps the ``keep`` newest checkpoints up to ``step`` (this run's newest) and never touches
     a checkpoint of a later step (another run's, which ``--no-resume`` moves aside before training).
+    When it removes any, one line on stderr names the kept and the removed ones (:func:`pruning_note`).
     """
     ckdir = Path(root) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
@@ -138,9 +140,25 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.op
     atomic_write_text(ckdir / "latest.json", json.dumps({"step": step, "path": name}))
     if keep:
         older = [p for s, p in list_checkpoints(root) if s <= step]
-        for old in older[:-keep]:
+        removed = older[:-keep]
+        for old in removed:
             _remove(old)
+        if removed:
+            _note(pruning_note(ckdir, [p.name for p in older[-keep:]], [p.name for p in removed], keep))
     return final
+
+
+def pruning_note(ckdir: Path, kept: list[str], removed: list[str], keep: int) -> str:
+    """The one line :func:`save_checkpoint` prints when pruning removes checkpoints."""
+    return (f"checkpoints in {ckdir}: kept {', '.join(kept)}; removed {', '.join(removed)} "
+            f"(train.keep_checkpoints = {keep}; 0 keeps all)")
+
+
+def _note(line: str) -> None:
+    """``line`` on stderr, above any progress bar (tqdm.write) rather than through it."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(line, file=sys.stderr)
 
 
 def _complete(path: Path) -> bool:
