@@ -1,5 +1,6 @@
-"""``dlmlab.analysis`` exports the analyses by name, lazily: every name in ``__all__`` resolves to the
-object of its submodule, and importing the package alone loads neither torch nor scikit-learn."""
+"""``dlmlab.analysis`` exports the general analyses by name, lazily: every name in ``__all__`` resolves to the
+object of its module, study-specific analyses stay in their modules, and importing the package alone loads
+neither torch nor scikit-learn."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import importlib
 import subprocess
 import sys
 import types
+
+import pytest
 
 import dlmlab.analysis as analysis
 
@@ -16,7 +19,7 @@ def test_every_export_resolves_to_its_definition():
     for name in analysis.__all__:
         value = getattr(analysis, name)
         assert not isinstance(value, types.ModuleType), name
-        module = importlib.import_module(f"dlmlab.analysis.{analysis._EXPORTS[name]}")
+        module = importlib.import_module(analysis._EXPORTS[name])
         assert getattr(module, name) is value, name
     assert set(analysis.__all__) <= set(dir(analysis))
 
@@ -24,22 +27,46 @@ def test_every_export_resolves_to_its_definition():
 def test_star_import_and_unknown_name():
     ns: dict = {}
     exec("from dlmlab.analysis import *", ns)  # noqa: S102
-    assert {"fold_ln", "ActivationCache", "probe_layers", "ablate_mixers", "patch_positions"} <= set(ns)
-    try:
+    assert {"fold_ln", "ActivationCache", "probe_classification", "ablate_mixers", "patch_positions"} <= set(ns)
+    with pytest.raises(AttributeError, match="no_such_analysis"):
         analysis.no_such_analysis  # noqa: B018
-    except AttributeError as e:
-        assert "no_such_analysis" in str(e)
-    else:  # pragma: no cover
-        raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_only_general_names_are_exported():
+    """About 25 general names; a study's analyses are used as modules (``from dlmlab.analysis.induction import``)."""
+    assert 20 <= len(analysis.__all__) <= 30
+    modules = {m.rsplit(".", 1)[-1] for m in analysis._EXPORTS.values()}
+    assert modules == {"requires", "layers", "cache", "probes", "heads", "ablation", "fold", "patching"}
+    for name in ("dlm_table", "probe_layers", "composition_scores", "storage_matrix", "mask_rate_probe",
+                 "checkpoint_curve", "score_correlation", "storage_gradient_cosine"):
+        assert name not in analysis.__all__, name
+        with pytest.raises(AttributeError):
+            getattr(analysis, name)
+
+
+def test_the_cache_lives_below_the_analyses():
+    """``dlmlab.hooks`` imports the cache at top level; the cache module imports nothing of dlmlab.analysis."""
+    import dlmlab.cache
+    import dlmlab.hooks
+
+    assert dlmlab.hooks.ActivationCache is dlmlab.cache.ActivationCache is analysis.ActivationCache
+    code = ("import sys, torch, dlmlab.hooks\n"
+            "from dlmlab.models import Transformer, TransformerConfig\n"
+            "m = Transformer(TransformerConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2, d_mlp=8))\n"
+            "_, c = m.run_with_cache(torch.zeros(1, 3, dtype=torch.long))\n"
+            "c.decompose_resid(apply_ln=True); c['pattern', 0]\n"
+            "print(sorted(m for m in sys.modules if m.startswith('dlmlab.analysis')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]"]
 
 
 def test_submodules_stay_modules():
     """A submodule named like one of its functions (storage_routing) is still the module."""
     import dlmlab.analysis.storage_routing as sr
-    from dlmlab.analysis import cache, storage_routing
+    from dlmlab.analysis import fold, storage_routing
 
     assert isinstance(sr, types.ModuleType) and callable(sr.storage_routing)
-    assert storage_routing is sr and isinstance(cache, types.ModuleType)
+    assert storage_routing is sr and isinstance(fold, types.ModuleType)
 
 
 def test_import_is_cheap():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import tiny_transformer
-from dlmlab.analysis.cache import ActivationCache, MissingActivation, to_str_tokens
+from dlmlab.cache import ActivationCache, MissingActivation, to_str_tokens
 from dlmlab.analysis.fold import fold_ln
 from dlmlab.errors import UserError
 from dlmlab.hooks import UnknownHookPoint

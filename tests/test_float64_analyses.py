@@ -176,7 +176,7 @@ def test_fold_gap_keeps_float64():
     """fold_gap's numbers equal a float64 computation; the folded model equals its frozen-scale copy to round-off."""
     m, x = _model(), _tokens()
     scales = fold.norm_scales(m, x)
-    frozen, folded = fold.freeze_norm_scales(m, scales), fold.fold_layernorm(m, scales)
+    frozen, folded = fold.freeze_norm_scales(m, scales), fold.fold_ln_frozen_scale(m, scales)
     with torch.no_grad():
         a, b = m(x), folded(x)
     la, lb = a.log_softmax(-1), b.log_softmax(-1)

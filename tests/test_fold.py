@@ -11,6 +11,7 @@ from conftest import tiny_transformer
 from dlmlab.analysis import fold
 from dlmlab.errors import UserError
 from dlmlab.models.mamba import Mamba, MambaConfig
+from dlmlab.models.norm_scale import norm_scale, scale_like_norm
 from dlmlab.models.mamba2 import Mamba2, Mamba2Config
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.recurrent import RecurrentConfig, RecurrentModel
@@ -107,8 +108,7 @@ def test_fold_ln_and_norm_scales_on_other_families(make):
         assert (frozen(x) - linear(x)).abs().max() < 1e-10
 
 
-def test_frozen_scale_fold_keeps_its_old_name_and_is_an_approximation():
-    assert fold.fold_layernorm is fold.fold_ln_frozen_scale
+def test_frozen_scale_fold_is_an_approximation():
     assert "freezing" in fold.fold_ln_frozen_scale.__doc__
     model = big_norms(tiny_transformer()).double()
     x = toks()
@@ -128,11 +128,11 @@ def test_norm_scale_reproduces_the_norm(kind):
     if kind != "none":
         big_norms(norm)
     x = torch.randn(3, 5, 12, dtype=torch.float64)
-    s = fold.norm_scale(norm, x)
+    s = norm_scale(norm, x)
     assert s.shape == (3, 5)
     bias = norm.bias if kind == "layernorm" else 0
     with torch.no_grad():
-        assert torch.allclose(fold.scale_like_norm(norm, x, s) + bias, norm(x), atol=1e-12)
+        assert torch.allclose(scale_like_norm(norm, x, s) + bias, norm(x), atol=1e-12)
 
 
 def test_norm_scales_need_a_model_with_norms():

@@ -14,7 +14,7 @@ slower path that materialises an activation only when someone looks at it
 * ``add(values)``     -> add a tensor (broadcast) at points;
 
 and one call, ``run_with_cache(tokens, names)`` -> ``(logits, ActivationCache)``
-(:mod:`dlmlab.analysis.cache`), optionally with the gradient of a loss at every cached point.
+(:mod:`dlmlab.cache`), optionally with the gradient of a loss at every cached point.
 
 ``names`` is ``None`` (all points except the opt-in ones), a list of exact names / ``fnmatch``
 globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
@@ -41,6 +41,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Union
 import torch
 from torch import nn
 
+from dlmlab.cache import ActivationCache
 from dlmlab.errors import UserError
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
@@ -207,7 +208,7 @@ class HookedModule(nn.Module):
     def run_with_cache(self, tokens: torch.Tensor, names: NameFilter = None, *, detach: bool = True,
                        loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
                        grad_names: NameFilter = None, step: int | None = None, **forward_kwargs):
-        """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.analysis.cache.ActivationCache`
+        """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.cache.ActivationCache`
         of the activations at the points ``names`` chooses (``None``: every point but the opt-in ones,
         e.g. per-head outputs, which :meth:`ActivationCache.stack_head_results` builds from ``z``).
 
@@ -228,8 +229,6 @@ class HookedModule(nn.Module):
         parameters too).  Needs grad mode on; the returned logits are then detached.
         ``step``: stored as ``cache.step`` (e.g. the denoising step of a sampling trajectory).
         """
-        from dlmlab.analysis.cache import ActivationCache  # the analysis package imports the models
-
         points = self.select_hooks(names)
         if loss_fn is None:
             deferred: list[str] = []

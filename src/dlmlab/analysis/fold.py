@@ -18,9 +18,9 @@ A pre-norm sublayer reads ``y = N(x) W^T + c`` with ``N(x) = w * P x / sigma(x) 
     :func:`freeze_norm_scales` gives the reference model with the frozen scale (the fold equals it
     to round-off) and :func:`fold_gap` measures both against the original.
 
-Norm scales have one implementation here, :func:`norm_scale` (the per-token ``sigma``, as the
-norm computes it) and :func:`scale_like_norm` (``w * P x / sigma`` for a given sigma, used by
-:meth:`dlmlab.analysis.cache.ActivationCache.apply_ln_to_stack`); other modules import them.
+Norm scales have one implementation, in :mod:`dlmlab.models.norm_scale`: :func:`norm_scale` (the
+per-token ``sigma``, as the norm computes it) and :func:`scale_like_norm` (``w * P x / sigma`` for a
+given sigma, used by :meth:`dlmlab.cache.ActivationCache.apply_ln_to_stack`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch import nn
 
 from dlmlab.analysis.heads import model_device
 from dlmlab.errors import UserError
-from dlmlab.models.norm import RMSNorm
+from dlmlab.models.norm_scale import FrozenScaleNorm, norm_params, norm_scale
 from dlmlab.models.precision import upcast
 
 
@@ -43,66 +43,6 @@ class MissingScale(UserError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
-
-
-class FrozenScaleNorm(nn.Module):
-    """``w * (x - mean(x)) / s + b`` (LayerNorm) or ``w * x / s`` (RMSNorm) with a constant scale s."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, scale: float, center: bool) -> None:
-        super().__init__()
-        self.register_buffer("weight", weight.detach().clone())
-        self.register_buffer("bias", None if bias is None else bias.detach().clone())
-        self.scale, self.center = float(scale), center
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.center:
-            x = x - x.mean(-1, keepdim=True)
-        y = self.weight * x / self.scale
-        return y + self.bias if self.bias is not None else y
-
-
-# -- the per-token scale of a norm ---------------------------------------------------------------
-def _norm_params(norm: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None, bool, float]:
-    """(weight or None, bias or None, centres?, eps) of a LayerNorm / RMSNorm / FrozenScaleNorm."""
-    if isinstance(norm, nn.LayerNorm):
-        w = None if norm.weight is None else norm.weight.detach()
-        return w, None if norm.bias is None else norm.bias.detach(), True, norm.eps
-    if isinstance(norm, RMSNorm):
-        return norm.weight.detach(), None, False, norm.eps
-    if isinstance(norm, FrozenScaleNorm):
-        return norm.weight, norm.bias, norm.center, 0.0
-    raise UserError(f"cannot use a {type(norm).__name__} as a norm here; only LayerNorm and RMSNorm "
-                    "(and their frozen-scale copies) are supported")
-
-
-def norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The per-token scale ``sigma`` [...] that ``norm`` divides ``x`` [..., D] by.
-
-    LayerNorm: ``sqrt(var(x) + eps)`` (biased variance); RMSNorm: ``sqrt(mean(x^2) + eps)``;
-    a frozen-scale norm: its constant; ``nn.Identity`` (no norm): 1.  Computed in at least float32
-    (float64 stays float64)."""
-    if isinstance(norm, nn.Identity):
-        return torch.ones(x.shape[:-1], dtype=upcast(x[..., :1]).dtype, device=x.device)
-    if isinstance(norm, FrozenScaleNorm):
-        return torch.full(x.shape[:-1], norm.scale, dtype=upcast(x[..., :1]).dtype, device=x.device)
-    _, _, center, eps = _norm_params(norm)
-    x = upcast(x)
-    if center:
-        x = x - x.mean(-1, keepdim=True)
-    return (x.pow(2).mean(-1) + eps).sqrt()
-
-
-def scale_like_norm(norm: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``w * P x / scale`` for ``x`` [..., D] and a given ``scale`` broadcastable to ``x.shape[:-1]``:
-    the norm's output without its bias (linear in x for a fixed scale, so a sum of parts maps to the
-    sum of their images)."""
-    if isinstance(norm, nn.Identity):
-        return x / scale[..., None].to(x.dtype)
-    w, _, center, _ = _norm_params(norm)
-    if center:
-        x = x - x.mean(-1, keepdim=True)
-    y = x / scale[..., None].to(x.dtype)
-    return y * w.to(y.dtype) if w is not None else y
 
 
 # -- where the norms are ---------------------------------------------------------------------------
@@ -144,7 +84,7 @@ def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, floa
         norm = getattr(owner, attr)
         if isinstance(norm, nn.Identity):
             continue
-        _norm_params(norm)  # a clear error for an unsupported norm, before the forward
+        norm_params(norm)  # a clear error for an unsupported norm, before the forward
         key = _site_name(model, owner, attr)
 
         def hook(mod, inp, out, key=key):
@@ -214,7 +154,7 @@ def fold_ln(model, center_writing_weights: bool = True, center_unembed: bool = F
             continue
         if isinstance(norm, FrozenScaleNorm):
             raise UserError("fold_ln needs the original norms; this model's norms have frozen scales")
-        w, b, center, _ = _norm_params(norm)
+        w, b, center, _ = norm_params(norm)
         for lin_owner, lin_attr in readers:
             lin = getattr(lin_owner, lin_attr)
             if b is not None and lin.bias is None:
@@ -270,7 +210,7 @@ def freeze_norm_scales(model, scales: dict[str, float]) -> nn.Module:
         name = _site_name(frozen, owner, attr)
         if name not in scales:
             raise MissingScale(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
-        w, b, center, _ = _norm_params(norm)
+        w, b, center, _ = norm_params(norm)
         if w is None:
             w = torch.ones(norm.normalized_shape[-1])
         setattr(owner, attr, FrozenScaleNorm(w, b, scales[name], center))
@@ -295,7 +235,7 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
         name = _site_name(folded, owner, attr)
         if name not in scales:
             raise MissingScale(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
-        w, b, center, _ = _norm_params(norm)
+        w, b, center, _ = norm_params(norm)
         D = norm.normalized_shape[-1] if w is None else w.shape[0]
         if w is None:
             w = torch.ones(D)
@@ -314,7 +254,8 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
     return folded
 
 
-fold_layernorm = fold_ln_frozen_scale  # the former name (studies/induction/analyse.py and older code)
+
+fold_layernorm = fold_ln_frozen_scale  # the former name, still used by tests/test_induction_analysis.py
 
 
 @torch.no_grad()

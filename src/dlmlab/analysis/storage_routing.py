@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dlmlab.analysis.fold import norm_scale, scale_like_norm
 from dlmlab.analysis.requires import require_layer, require_transformer
 from dlmlab.models.masks import build_mask
+from dlmlab.models.norm_scale import norm_scale, scale_like_norm
 from dlmlab.models.positions import apply_rope, rope_cos_sin
 from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries

@@ -18,6 +18,9 @@ Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`d
 * :meth:`ActivationCache.logit_attrs`: direct logit attribution of each part of such a stack;
 * :meth:`ActivationCache.logit_lens`: the stream after each block through the final norm and unembedding.
 
+This module sits beside :mod:`dlmlab.hooks` (below the models, which import the hooks): what it
+needs of the models (norm scales, the protocol's family names) is imported on use.
+
 A helper that needs a point the model lacks (attention heads on a Mamba, a residual stream on a
 plain LSTM) or the cache lacks (not in ``names``) raises a one-line :class:`~dlmlab.errors.UserError`.
 The helpers compute without autograd (their results carry no graph).
@@ -33,7 +36,6 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from dlmlab.analysis.fold import norm_scale, scale_like_norm
 from dlmlab.errors import UserError
 
 
@@ -292,6 +294,8 @@ class ActivationCache(Mapping):
         if tuple(stack.shape[1:]) != tuple(resid.shape):
             raise UserError(f"apply_ln_to_stack wants a stack [C, {', '.join(map(str, resid.shape))}] "
                             f"(parts of the cached stream), got {tuple(stack.shape)}")
+        from dlmlab.models.norm_scale import norm_scale, scale_like_norm  # the models import this module
+
         return scale_like_norm(norm, stack, norm_scale(norm, resid))
 
     @torch.no_grad()
