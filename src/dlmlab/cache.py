@@ -29,6 +29,7 @@ The helpers compute without autograd (their results carry no graph).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -119,7 +120,10 @@ class ActivationCache(Mapping):
         if name in self._points():
             return MissingActivation(f"{who}{name!r}, which this cache does not hold; run "
                                      f"model.run_with_cache(tokens, names=[..., {name!r}]) (or names=None)")
-        return MissingActivation(f"{who}hook point {name!r}, which this {_model_name(self.model)} model does not have")
+        close = difflib.get_close_matches(name, list(dict.fromkeys([*self, *self._points()])), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        return MissingActivation(f"{who}hook point {name!r}, which this {_model_name(self.model)} model does not "
+                                 f"have{hint}")
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._store) + self._pending)

@@ -217,7 +217,8 @@ class HookedModule(nn.Module):
 
         With ``names=None`` the deferred points (attention patterns) are not recorded during this
         forward, which then keeps the fast attention kernel; the cache lists them and computes them
-        all on the first read of one, by a second forward of the same tokens and keywords.  That
+        all on the first read of one, by a second forward of the same tokens and keywords (copies
+        taken now: editing ``tokens`` in place afterwards does not change the patterns).  That
         forward must see the same model: reading raises a :class:`UserError` if a parameter or buffer
         changed since, or if hooks are attached at that moment.  They are recorded in this forward
         instead when they are named, or when hooks are attached now, ``detach=False``, ``loss_fn``
@@ -306,7 +307,10 @@ class _DeferredForward:
     model is not the one that ran (a parameter / buffer changed) or hooks are attached."""
 
     def __init__(self, model: HookedModule, tokens: torch.Tensor, forward_kwargs: dict, names: list[str]) -> None:
-        self.model, self.tokens, self.forward_kwargs, self.names = model, tokens, forward_kwargs, names
+        # copies of the input tensors: the caller may edit its tokens in place before the first read
+        self.tokens = tokens.clone() if isinstance(tokens, torch.Tensor) else tokens
+        self.forward_kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in forward_kwargs.items()}
+        self.model, self.names = model, names
         self.fingerprint = self._fingerprint()
 
     def _fingerprint(self) -> tuple:

@@ -1,14 +1,39 @@
-"""Tokenizers: characters, or byte-level BPE trained locally with Hugging Face ``tokenizers``."""
+"""Tokenizers: characters, or byte-level BPE trained locally with Hugging Face ``tokenizers``.
+
+A masked-diffusion run adds its mask token one id past the tokenizer's vocabulary
+(``mask_id = vocab_size``, :func:`dlmlab.training.lm.mask_id_of`); ``decode`` shows that id as
+:data:`MASK_TEXT` and refuses any other id outside the vocabulary with a one-line ``ValueError``.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from dlmlab.files import atomic_write_text
+
+MASK_TEXT = "[M]"  # how decode shows the mask id of a masked-diffusion run (vocab_size)
+
+
+def _decode_with_mask(ids: list[int], vocab_size: int, decode_span: Callable[[list[int]], str]) -> str:
+    """``decode_span`` of each run of vocabulary ids, with the mask id (``vocab_size``) as :data:`MASK_TEXT`."""
+    out, span = [], []
+    for i in ids:
+        i = int(i)
+        if i == vocab_size:
+            out += [decode_span(span) if span else "", MASK_TEXT]
+            span = []
+        elif 0 <= i < vocab_size:
+            span.append(i)
+        else:
+            raise ValueError(f"token id {i} is outside this tokenizer's vocabulary (ids 0..{vocab_size - 1}, "
+                             f"and {vocab_size} for a masked-diffusion run's mask)")
+    if span:
+        out.append(decode_span(span))
+    return "".join(out)
 
 
 class TextTokenizer(Protocol):
@@ -39,7 +64,8 @@ class CharTokenizer:
             raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's vocabulary") from None
 
     def decode(self, ids: list[int]) -> str:
-        return "".join(self.chars[i] for i in ids)
+        """The text of ``ids``; the mask id of an mdlm run (``vocab_size``) reads :data:`MASK_TEXT`."""
+        return _decode_with_mask(ids, self.vocab_size, lambda span: "".join(self.chars[i] for i in span))
 
     def to_json(self) -> str:
         return json.dumps({"type": "char", "chars": self.chars})
@@ -70,7 +96,8 @@ class BPETokenizer:
         return self.tok.encode(text).ids
 
     def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(list(ids))
+        """The text of ``ids``; the mask id of an mdlm run (``vocab_size``) reads :data:`MASK_TEXT`."""
+        return _decode_with_mask(ids, self.vocab_size, lambda span: self.tok.decode(span))
 
     def to_json(self) -> str:
         return self.tok.to_str(pretty=True)  # (what Tokenizer.save writes)
