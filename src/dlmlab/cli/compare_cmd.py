@@ -1,7 +1,10 @@
-"""dlmlab compare DIR_A DIR_B: how two reproduction runs' results and claims differ.
+"""dlmlab compare DIR_A DIR_B: how two reproduction runs' results and claims differ, or two training runs.
 
 Each DIR is a single-study output (``DIR/results.json``) or an ``all`` output (``DIR/<study>/results.json``
 plus ``DIR/run_all.json``).  A single study is compared with the same study of an ``all`` run.
+Two ``dlmlab train`` runs (or checkpoints, anything :func:`dlmlab.load` loads from a run) are compared as
+one section ``train``: the loaded model (family, objective, parameter count, step), ``eval.json``, the
+last ``metrics.jsonl`` row and every ``config.json`` field.
 Printed per study: claims that flipped (with their evidence side by side), claims present on one
 side only, numeric results that differ (``results`` and table cells, largest relative difference
 first), other changed values, and studies present in one run only.
@@ -25,7 +28,7 @@ from dlmlab.report.results import fmt, load_results as _load_results
 @dataclass
 class Run:
     path: Path
-    kind: str  # "study" | "all"
+    kind: str  # "study" | "all" | "train"
     studies: dict[str, dict]  # name -> results.json
     status: dict[str, str] = field(default_factory=dict)  # name -> status from the manifest (all runs)
     preset: str | None = None
@@ -43,12 +46,66 @@ def load_results(path: Path) -> dict:
     return res
 
 
+def _is_train_run(path: Path) -> bool:
+    """A ``dlmlab train`` / ``train()`` run folder or one of its checkpoint folders."""
+    return ((path / "checkpoints").is_dir() or (path / "model.json").is_file()
+            or ((path / "model.safetensors").is_file() and (path / "state.json").is_file()))
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: line {e.lineno} column {e.colno} is not valid JSON ({e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+
+
+def _last_metrics(path: Path) -> dict:
+    """The last complete JSON row of ``metrics.jsonl`` (``{}`` when there is none)."""
+    if not path.is_file():
+        return {}
+    for line in reversed(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a row cut by a kill
+        if isinstance(row, dict):
+            return row
+    return {}
+
+
+def load_train_run(path: Path) -> Run:
+    """A ``dlmlab train`` run (or checkpoint) as a one-section run ``train``: what :func:`dlmlab.load` says
+    of its model, ``eval.json``, the last ``metrics.jsonl`` row and ``config.json``."""
+    from dlmlab import load
+    from dlmlab.models.factory import count_params
+
+    loaded = load(path)
+    run_dir = path.parent.parent if loaded.format == "checkpoint" and path.parent.name == "checkpoints" else path
+    results: dict[str, Any] = {"model": {
+        "family": loaded.family, "objective": loaded.objective, "params": count_params(loaded.model),
+        "step": loaded.step, "mask_id": loaded.mask_id,
+        "vocab": getattr(loaded.tokenizer, "vocab_size", None)}}
+    if (run_dir / "eval.json").is_file():
+        results["eval"] = _json_file(run_dir / "eval.json")
+    last = _last_metrics(run_dir / "metrics.jsonl")
+    if last:
+        results["last_metrics"] = last
+    if (run_dir / "config.json").is_file():
+        results["config"] = _json_file(run_dir / "config.json")
+    return Run(path, "train", {"train": {"study": "train", "results": results}})
+
+
 def load_run(path: str | Path) -> Run:
-    """A run directory of either layout; raises :class:`UserError` naming what was looked for."""
+    """A run directory of either layout, or a training run; raises :class:`UserError` naming what was looked for."""
     path = Path(path)
     if not path.is_dir():
         why = "a file" if path.exists() else "nothing there"
-        raise UserError(f"{path} is not a directory ({why}); give a folder written by `dlmlab reproduce`")
+        raise UserError(f"{path} is not a directory ({why}); give a folder written by `dlmlab reproduce` "
+                        "or `dlmlab train`")
+    if not (path / "results.json").exists() and _is_train_run(path):
+        return load_train_run(path)
     if (path / "results.json").exists():
         res = load_results(path)
         return Run(path, "study", {res.get("study") or path.name: res}, preset=res.get("preset"))
@@ -72,7 +129,8 @@ def load_run(path: str | Path) -> Run:
         status = {n: s.get("status", "?") for n, s in (man.get("studies") or {}).items()}
         walls = {n: s["wall_time_s"] for n, s in (man.get("studies") or {}).items() if s.get("wall_time_s")}
     if not studies and not status:
-        raise UserError(f"no results.json in {path} or in its study folders (is it a dlmlab run?)")
+        raise UserError(f"no results.json in {path} or in its study folders, and no model.json or checkpoints/ "
+                        "(give a folder written by `dlmlab reproduce` or `dlmlab train`)")
     if preset is None and studies:
         preset = next(iter(studies.values())).get("preset")
     return Run(path, "all", studies, status, preset, walls)
@@ -203,7 +261,10 @@ def _holds(h: Any) -> str:
 def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
     from dlmlab.report.html import fmt_duration
 
-    lines = [f"A: {a.path}  ({a.kind}, preset {a.preset})", f"B: {b.path}  ({b.kind}, preset {b.preset})"]
+    if a.kind == "train":
+        lines = [f"A: {a.path}  (training run)", f"B: {b.path}  (training run)"]
+    else:
+        lines = [f"A: {a.path}  ({a.kind}, preset {a.preset})", f"B: {b.path}  ({b.kind}, preset {b.preset})"]
     tot = {"flipped": 0, "numeric": 0, "missing": 0}
     for d in diffs:
         lines.append("")
@@ -218,13 +279,16 @@ def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
                 lines.append(f"== {d.name} ==  MISSING in {other}" + (f" (status there: {why})" if why else ""))
             tot["missing"] += 1
             continue
-        head = f"== {d.name} ==  wall time {fmt_duration(d.walls[0])} -> {fmt_duration(d.walls[1])}"
-        if d.presets[0] != d.presets[1]:
-            head += f"  PRESET {d.presets[0]} -> {d.presets[1]}"
-        lines.append(head)
-        lines.append(f"claims: {len(d.flipped)} flipped, {d.same_claims} unchanged"
-                     + (f", only in A: {', '.join(d.claims_only['A'])}" if d.claims_only["A"] else "")
-                     + (f", only in B: {', '.join(d.claims_only['B'])}" if d.claims_only["B"] else ""))
+        if a.kind == "train":  # training runs have no wall time, preset or claims
+            lines.append(f"== {d.name} ==")
+        else:
+            head = f"== {d.name} ==  wall time {fmt_duration(d.walls[0])} -> {fmt_duration(d.walls[1])}"
+            if d.presets[0] != d.presets[1]:
+                head += f"  PRESET {d.presets[0]} -> {d.presets[1]}"
+            lines.append(head)
+            lines.append(f"claims: {len(d.flipped)} flipped, {d.same_claims} unchanged"
+                         + (f", only in A: {', '.join(d.claims_only['A'])}" if d.claims_only["A"] else "")
+                         + (f", only in B: {', '.join(d.claims_only['B'])}" if d.claims_only["B"] else ""))
         for ca, cb in d.flipped:
             lines.append(f"  FLIPPED {ca['id']}: {_holds(ca.get('holds'))} -> {_holds(cb.get('holds'))}")
             ev_a, ev_b = ca.get("evidence") or {}, cb.get("evidence") or {}
@@ -253,13 +317,18 @@ def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
                 lines.append(f"  {len(ks)} values only in {side}: " + ", ".join(ks[:8]) + more)
         tot["flipped"] += len(d.flipped)
         tot["numeric"] += len(d.numeric)
-    lines += ["", f"summary: {tot['flipped']} claims flipped, {tot['numeric']} numeric results differ, "
-              f"{tot['missing']} studies missing on one side"]
+    if a.kind == "train":
+        d = diffs[0]
+        lines += ["", f"summary: {len(d.numeric)} numeric values differ, {len(d.changed)} other values changed"]
+    else:
+        lines += ["", f"summary: {tot['flipped']} claims flipped, {tot['numeric']} numeric results differ, "
+                  f"{tot['missing']} studies missing on one side"]
     return "\n".join(lines)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir_a", metavar="DIR_A", help="a run directory (one study, or `reproduce all` output)")
+    p.add_argument("dir_a", metavar="DIR_A",
+                   help="a run directory (one study, `reproduce all` output, or a `dlmlab train` run)")
     p.add_argument("dir_b", metavar="DIR_B", help="the run directory to compare it with")
     p.add_argument("--rtol", type=float, default=1e-9,
                    help="numbers whose relative difference is at most this count as equal (default 1e-9)")
@@ -271,6 +340,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.rtol >= 0 or args.max_rows < 0:  # also refuses --rtol nan
         raise UserError(f"--rtol and --max-rows must be >= 0, got {args.rtol} and {args.max_rows}")
     a, b = load_run(args.dir_a), load_run(args.dir_b)
+    if (a.kind == "train") != (b.kind == "train"):
+        train, other = (a, b) if a.kind == "train" else (b, a)
+        raise UserError(f"{train.path} is a training run but {other.path} is a reproduction run; "
+                        "compare two training runs or two reproduction runs")
     if a.kind == "study" and b.kind == "study" and set(a.studies) != set(b.studies):
         raise UserError(f"{a.path} is study {next(iter(a.studies))!r} but {b.path} is {next(iter(b.studies))!r}")
     diffs = compare(a, b, args.rtol)

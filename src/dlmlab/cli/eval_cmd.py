@@ -1,20 +1,88 @@
-"""dlmlab eval DIR"""
+"""dlmlab eval RUN_OR_FOLDER: held-out perplexity (AR) or ELBO perplexity bound (masked diffusion).
+
+A ``dlmlab train`` run (or one of its checkpoints) is evaluated as its config says (data, seq_len, batch
+size, eval batches).  Anything else :func:`dlmlab.load` loads, a Hugging Face folder (GPT-2, Llama, Qwen2,
+GPT-NeoX, Mamba, LLaDA ...) or a ``train()`` run, is evaluated with its own tokenizer on ``--source``
+(default tinyshakespeare): the last 10% of the text, in ``--batches`` batches of ``--batch-size`` windows
+of ``--seq-len`` tokens.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
-from dlmlab.data import load_corpus
+from dlmlab.data import DataConfig, load_corpus
+from dlmlab.errors import UserError
 from dlmlab.training.lm import evaluate_lm, load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a directory written by `dlmlab train`")
+    p.add_argument("run_dir", metavar="RUN_OR_FOLDER",
+                   help="a directory written by `dlmlab train` (or a checkpoint of it), or a Hugging Face model folder")
     p.add_argument("--source", help="evaluate on another text source (named corpus or file) instead")
+    p.add_argument("--seq-len", type=int, help="tokens per window, not for `dlmlab train` runs "
+                                               "(default: 128, or the model's max positions if fewer)")
+    p.add_argument("--batch-size", type=int, default=8, help="windows per batch, not for `dlmlab train` runs (8)")
+    p.add_argument("--batches", type=int, default=8, help="batches evaluated, not for `dlmlab train` runs (8)")
+
+
+def _hf_config(p: Path) -> bool:
+    """``p/config.json`` is a Hugging Face config (it names ``model_type`` or ``architectures``)."""
+    try:
+        data = json.loads((p / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
+
+
+def _is_train_run(path: Path) -> bool:
+    """A ``dlmlab train`` run folder or one of its checkpoints (its run config is ``config.json``)."""
+    run = path.parent.parent if path.parent.name == "checkpoints" else path
+    return (run / "config.json").is_file() and (run / "checkpoints").is_dir() and not _hf_config(run)
+
+
+def _eval_loaded(args: argparse.Namespace) -> dict:
+    from dlmlab import load
+
+    for name in ("seq_len", "batch_size", "batches"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    p = Path(args.run_dir)
+    if p.is_dir() and not any((p / f).exists() for f in ("config.json", "model.json", "checkpoints", "state.json")):
+        raise UserError(f"{p} is not a dlmlab run directory or a Hugging Face model folder (no config.json, "
+                        "model.json or checkpoints/); give a folder written by `dlmlab train` or a Hugging Face folder")
+    run = load(p)
+    if run.tokenizer is None:
+        raise UserError(f"{args.run_dir} has no tokenizer, so the text cannot be encoded")
+    if run.objective not in ("ar", "mdlm"):
+        raise UserError(f"{args.run_dir} does not say its objective (ar or mdlm), so it cannot be evaluated")
+    if run.objective == "mdlm" and run.shift_logits:
+        raise UserError(f"{args.run_dir} is a masked-diffusion model with shifted logits (Dream); "
+                        "`dlmlab eval` computes the ELBO of unshifted models only")
+    cfg = getattr(run.model, "cfg", None)
+    limit = cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
+    seq_len = args.seq_len or (min(128, limit - 1) if limit is not None else 128)
+    if limit is not None and seq_len + 1 > limit:
+        raise UserError(f"--seq-len {seq_len} needs {seq_len + 1} positions; the model has {limit}")
+    if seq_len < 2:
+        raise UserError(f"--seq-len must be > 1, got {seq_len}")
+    data = DataConfig(source=args.source or DataConfig.source, seq_len=seq_len)
+    stream, _ = load_corpus(data, run.tokenizer)
+    # what evaluate_lm reads of a run config
+    spec = SimpleNamespace(data=data, eval_batches=args.batches, train=SimpleNamespace(batch_size=args.batch_size),
+                           objective=run.objective, noise_schedule=run.noise)
+    res = evaluate_lm(run.model, spec, stream, run.mask_id if run.objective == "mdlm" else 0)
+    return {**res, "source": data.source, "seq_len": seq_len, "format": run.format}
 
 
 def run(args: argparse.Namespace) -> int:
+    if not _is_train_run(Path(args.run_dir)):
+        print(json.dumps(_eval_loaded(args)))
+        return 0
     model, cfg, tok = load_run(args.run_dir)
     if args.source:
         cfg.data.source = args.source

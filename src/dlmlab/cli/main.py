@@ -10,10 +10,10 @@ from dlmlab import __version__
 
 COMMANDS = {
     "train": "train an LM of any family (AR or masked diffusion) from a YAML config",
-    "eval": "evaluate a run directory's latest checkpoint on held-out text",
+    "eval": "evaluate a run's latest checkpoint or a Hugging Face model on held-out text",
     "reproduce": "reproduce a study (induction, reversal, state, prediff, all) at a preset",
-    "compare": "print how two reproduction runs' results and claims differ",
-    "rate": "serve a blind pairwise preference page for a run's samples",
+    "compare": "print how two reproduction runs' results and claims (or two training runs) differ",
+    "rate": "serve a blind pairwise preference page for samples (`dlmlab sample --out` files)",
     "sample": "decode text from a masked-diffusion run (orders, blocks, caches, infilling)",
 }
 

@@ -1,4 +1,5 @@
-"""Where the offline data lives: ``$DLMLAB_DATA`` or ``../shared/data`` beside the project."""
+"""Where the offline data lives: ``$DLMLAB_DATA`` (checked: a wrong one is a one-line error) or
+``../shared/data`` beside the project."""
 
 from __future__ import annotations
 
@@ -15,19 +16,33 @@ class DataNotFound(DataError, FileNotFoundError):
     """A named corpus, the offline data folder or a data file that does not exist."""
 
 
+def _is_data_folder(p: Path) -> bool:
+    return (p / "README.md").exists() or (p / "tinyshakespeare").exists()
+
+
 def data_root() -> Path:
-    """The offline data folder; raises :class:`DataNotFound` with what was tried."""
+    """The offline data folder: ``$DLMLAB_DATA`` when set (a wrong one is an error, never skipped), else the
+    first ``shared/data`` above the working directory or the package; raises :class:`DataNotFound`."""
     env = os.environ.get("DLMLAB_DATA")
+    if env:
+        p = Path(env).expanduser()
+        if not p.exists():
+            why = "does not exist"
+        elif not p.is_dir():
+            why = "is a file, not a folder"
+        elif not _is_data_folder(p):
+            why = "is not the offline data folder (it has no README.md and no tinyshakespeare/)"
+        else:
+            return p
+        raise DataNotFound(f"DLMLAB_DATA={env} {why}; point DLMLAB_DATA at the folder holding tinyshakespeare/, "
+                           "wikitext-2/, reversal_curse/ (or unset it to use shared/data beside the project)")
     tried = []
-    candidates = [Path(env)] if env else []
     here = Path(__file__).resolve()
     for base in [Path.cwd(), *Path.cwd().parents, *here.parents]:
-        candidates.append(base / "shared" / "data")
-        candidates.append(base.parent / "shared" / "data")
-    for c in candidates:
-        tried.append(str(c))
-        if (c / "README.md").exists() or (c / "tinyshakespeare").exists():
-            return c
+        for c in (base / "shared" / "data", base.parent / "shared" / "data"):
+            tried.append(str(c))
+            if _is_data_folder(c):
+                return c
     raise DataNotFound(
         "offline data not found; set DLMLAB_DATA to the folder holding tinyshakespeare/, wikitext-2/, "
         f"reversal_curse/ (tried {tried[:4]} ...)"

@@ -1,4 +1,6 @@
-"""Samples to rate: ``samples.jsonl`` lines ``{"prompt", "method", "sample"}``, paired across methods."""
+"""Samples to rate, paired across methods: ``samples.jsonl`` lines ``{"prompt", "method", "sample"}``, or the
+JSONL files ``dlmlab sample --out`` writes (lines ``{"prompt", "text", "config", ...}``; see
+:func:`sample_cli_methods` for how their method names are made)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 from dlmlab.errors import UserError
 
@@ -73,13 +76,44 @@ def find_samples(path: str | Path) -> Path:
     raise SamplesNotFound(f"no {SAMPLES_FILE} in {path}{hint}")
 
 
-def load_samples(path: str | Path) -> list[Sample]:
-    """Parse and validate ``samples.jsonl``; errors name the line.  Exact duplicates are dropped."""
-    path = Path(path)
-    out: list[Sample] = []
-    seen: set[str] = set()
+def _is_sample_cli_row(row: dict) -> bool:
+    """A line written by ``dlmlab sample --out``: prompt and generated ``text``, no ``sample`` / ``method``."""
+    return "sample" not in row and "method" not in row and "text" in row and "prompt" in row
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+# what tells two `dlmlab sample` records' methods apart (per-sample outcomes such as steps are not)
+_SAMPLE_CLI_FIELDS = ("objective", "family", "step", "cache", "config")
+
+
+def sample_cli_methods(rows: list[tuple[str, dict]], several_files: bool) -> list[str]:
+    """Method names for ``dlmlab sample`` records ``(file name, record)``: the decoding settings (``config``,
+    ``objective``, ``family``, ``step``, ``cache``) whose values differ among the records, as ``key=value``
+    joined by spaces; with several files the file name (without ``.jsonl``) comes first.  Records that
+    differ in nothing get the file name, or ``sample`` for one file."""
+    flats = [_flat({k: r[k] for k in _SAMPLE_CLI_FIELDS if k in r}) for _, r in rows]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    varying = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
+    names = []
+    for (name, _), f in zip(rows, flats):
+        parts = [name] if several_files else []
+        parts += [f"{k.removeprefix('config.')}={f.get(k)}" for k in varying]
+        names.append(" ".join(parts) or "sample")
+    return names
+
+
+def _read_rows(path: Path) -> list[tuple[int, dict]]:
     from dlmlab.config import read_text
 
+    out = []
     for i, raw in enumerate(read_text(path, "samples file", SamplesError).splitlines(), start=1):
         if not raw.strip():
             continue
@@ -88,20 +122,42 @@ def load_samples(path: str | Path) -> list[Sample]:
         except json.JSONDecodeError as e:
             raise SamplesError(f"{path} line {i}: not valid JSON ({e.msg})") from None
         if not isinstance(row, dict):
-            raise SamplesError(f"{path} line {i}: expected an object with prompt, method, sample")
+            raise SamplesError(f"{path} line {i}: expected an object with prompt, method, sample "
+                               "(or a line written by `dlmlab sample --out`)")
+        out.append((i, row))
+    return out
+
+
+def load_samples(path: str | Path | list[str | Path]) -> list[Sample]:
+    """Parse and validate one samples file or several (their samples together); errors name the file and
+    line.  Each file holds rating lines ``{"prompt", "method", "sample"}`` or ``dlmlab sample --out`` lines
+    (method names from :func:`sample_cli_methods`).  Exact duplicates are dropped."""
+    paths = [Path(p) for p in path] if isinstance(path, (list, tuple)) else [Path(path)]
+    several = len(paths) > 1
+    rows: list[tuple[Path, int, dict]] = [(p, i, r) for p in paths for i, r in _read_rows(p)]
+    cli = [(p, i, r) for p, i, r in rows if _is_sample_cli_row(r)]
+    names = dict(zip([(p, i) for p, i, _ in cli],
+                     sample_cli_methods([(p.name.removesuffix(".jsonl"), r) for p, _, r in cli], several)))
+    out: list[Sample] = []
+    seen: set[str] = set()
+    for p, i, row in rows:
+        if (p, i) in names:
+            if not isinstance(row["prompt"], str) or not isinstance(row["text"], str):
+                raise SamplesError(f"{p} line {i}: 'prompt' and 'text' must be strings")
+            row = {"prompt": row["prompt"], "method": names[p, i], "sample": row["text"]}
         for k in ("prompt", "method", "sample"):
             if k not in row:
-                raise SamplesError(f"{path} line {i}: missing key {k!r}")
+                raise SamplesError(f"{p} line {i}: missing key {k!r}")
             if not isinstance(row[k], str):
-                raise SamplesError(f"{path} line {i}: {k!r} must be a string, got {type(row[k]).__name__}")
+                raise SamplesError(f"{p} line {i}: {k!r} must be a string, got {type(row[k]).__name__}")
         if not row["method"].strip():
-            raise SamplesError(f"{path} line {i}: empty method name")
+            raise SamplesError(f"{p} line {i}: empty method name")
         s = Sample(row["prompt"], row["method"], row["sample"], i)
         if s.key not in seen:
             seen.add(s.key)
             out.append(s)
     if not out:
-        raise SamplesError(f"{path} holds no samples")
+        raise SamplesError(f"{', '.join(map(str, paths))} holds no samples")
     return out
 
 

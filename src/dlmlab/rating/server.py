@@ -46,9 +46,12 @@ def host_allowed(value: str | None) -> bool:
 class RatingApp:
     """Pairs to rate, the store, and the pairs currently shown (token -> pair, left, right)."""
 
-    def __init__(self, samples_path: str | Path, db_path: str | Path, seed: int | None = None):
-        self.samples_path = Path(samples_path)
-        self.pairs: list[Pair] = all_pairs(load_samples(self.samples_path))
+    def __init__(self, samples_path: str | Path | list[str | Path], db_path: str | Path, seed: int | None = None):
+        """``samples_path``: one samples file or several (see :func:`~dlmlab.rating.samples.load_samples`)."""
+        paths = [Path(p) for p in samples_path] if isinstance(samples_path, (list, tuple)) else [Path(samples_path)]
+        self.samples_paths = paths
+        self.samples_path = paths[0]
+        self.pairs: list[Pair] = all_pairs(load_samples(paths))
         self.store = RatingStore(db_path)
         self.rng = random.Random(seed)
         self.pending: OrderedDict[str, tuple[Pair, Sample, Sample]] = OrderedDict()
@@ -129,7 +132,7 @@ def _handler(app: RatingApp, timeout: float = TIMEOUT_S) -> type[BaseHTTPRequest
             elif path == "/api/next":
                 self._json(200, app.next_pair())
             elif path == "/results":
-                self._send(200, results_page(app.store, str(app.samples_path)), "text/html; charset=utf-8")
+                self._send(200, results_page(app.store, ", ".join(map(str, app.samples_paths))), "text/html; charset=utf-8")
             elif path == "/api/results":
                 self._json(200, {"count": app.store.count(), "win_rates": [
                     {"method": w.method, "win_rate": w.win_rate, "wins": w.wins, "ties": w.ties,
@@ -173,7 +176,7 @@ def _handler(app: RatingApp, timeout: float = TIMEOUT_S) -> type[BaseHTTPRequest
     return Handler
 
 
-def make_server(samples_path: str | Path, db_path: str | Path, port: int = 8765,
+def make_server(samples_path: str | Path | list[str | Path], db_path: str | Path, port: int = 8765,
                 seed: int | None = None, timeout: float | None = None) -> ThreadingHTTPServer:
     """A server on 127.0.0.1:``port`` (0 = any free port); call ``serve_forever()`` on it.
 
