@@ -1,5 +1,5 @@
-"""Worker for tests/test_lora_fsdp.py: train a tiny toolkit Transformer with :func:`train_sharded`, alone or
-under ``torchrun`` (FSDP over gloo), and save the loss history and the gathered weights.
+"""Worker for tests/test_lora_fsdp.py: train a tiny toolkit Transformer with ``train(parallel="fsdp")`` (the one
+training loop), alone or under ``torchrun`` (FSDP over gloo), and save the loss history and the gathered weights.
 
     python tests/fsdp_worker.py OUT.pt
     torchrun --nproc_per_node 2 --standalone tests/fsdp_worker.py OUT.pt
@@ -12,9 +12,9 @@ import torch
 from dlmlab.models import Transformer
 from dlmlab.models.config import TransformerConfig
 from dlmlab.objectives import mdlm_loss
-from dlmlab.training import TrainConfig
+from dlmlab.training import TrainConfig, train
 from dlmlab.training.distributed import init_from_env
-from dlmlab.training.fsdp import full_state_dict, shard, train_sharded
+from dlmlab.training.fsdp import full_state_dict, shard
 from dlmlab.training.lora import LoraSettings, add_lora
 
 V, T, MASK = 40, 12, 39
@@ -45,7 +45,7 @@ def loss_fn(m, batch):
 def run(lora: bool, ctx) -> dict:
     model = shard(build(lora), ctx)
     cfg = TrainConfig(steps=6, batch_size=8, lr=1e-2, warmup_steps=0, weight_decay=0.01, log_every=1, progress=False)
-    hist = train_sharded(model, cfg, make_batch, loss_fn, ctx)
+    hist = train(model, cfg, make_batch, loss_fn, ctx=ctx, parallel="fsdp")
     return {"loss": [r["loss"] for r in hist], "grad_norm": [r["grad_norm"] for r in hist],
             "state": full_state_dict(model)}
 

@@ -2,9 +2,9 @@
 
 LoRA: the model's outputs are unchanged when the adapters are added, the loss falls, only the adapters
 change (base weights bit-identical), and merging them gives the adapted model's logits.
-FSDP: 2 processes (torchrun, gloo) reproduce 1 process on the same global batch: loss per step and every
-gathered weight within float tolerance, for full fine-tuning and for LoRA; the same for the reversal
-fine-tuning entry point (loss, accuracies and signatures).
+FSDP through the one training loop, ``train(parallel="fsdp")``: 2 processes (torchrun, gloo) reproduce 1
+process on the same global batch: loss per step and every gathered weight within float tolerance, for full
+fine-tuning and for LoRA; the same for the reversal fine-tuning entry point (loss, accuracies and signatures).
 """
 
 import json
@@ -19,9 +19,8 @@ pytest.importorskip("peft")
 
 from dlmlab.config import ConfigError  # noqa: E402
 from dlmlab.errors import UserError  # noqa: E402
-from dlmlab.training import TrainConfig  # noqa: E402
+from dlmlab.training import TrainConfig, train  # noqa: E402
 from dlmlab.training.distributed import DistContext  # noqa: E402
-from dlmlab.training.fsdp import train_sharded  # noqa: E402
 from dlmlab.training.lora import LoraSettings, adapter_parameters, add_lora, merge_lora  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -49,7 +48,7 @@ def test_lora_only_adapters_train_and_loss_falls():
 
     cfg = TrainConfig(steps=40, batch_size=8, lr=3e-2, warmup_steps=0, schedule="constant", log_every=1,
                       weight_decay=0.01, progress=False)
-    hist = train_sharded(model, cfg, fixed_batch, W.loss_fn, DistContext())
+    hist = train(model, cfg, fixed_batch, W.loss_fn, ctx=DistContext(), parallel="fsdp")
     assert hist[-1]["loss"] < 0.7 * hist[0]["loss"]
     for n, p in model.named_parameters():
         if n in base:

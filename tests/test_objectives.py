@@ -89,11 +89,11 @@ def test_mdlm_loss_weight_is_one_over_t():
 
 def test_antithetic_t_is_evenly_spread():
     for seed in range(5):
-        t = schedule.sample_t(8, torch.Generator().manual_seed(seed), eps=1e-3)
+        t = schedule.LinearSchedule(eps=1e-3).sample_t(8, torch.Generator().manual_seed(seed))
         assert ((t >= 1e-3) & (t <= 1)).all()
         gaps = t.sort().values.diff()
         assert torch.allclose(gaps, torch.full((7,), (1 - 1e-3) / 8), atol=1e-6)
-    t = schedule.sample_t(1000, torch.Generator().manual_seed(0), antithetic=False)
+    t = schedule.LinearSchedule().sample_t(1000, torch.Generator().manual_seed(0), antithetic=False)
     assert t.std() > 0.2
     assert torch.allclose(schedule.elbo_weight(torch.tensor([0.25])), torch.tensor([4.0]))
     assert torch.allclose(schedule.mask_prob(torch.tensor([0.3])), torch.tensor([0.3]))
@@ -122,7 +122,7 @@ def test_mdlm_bound_finite_and_decreasing_when_training():
     def make_batch(step, gen):
         starts = torch.randint(0, len(base) - 16, (16,), generator=gen)
         x = torch.stack([base[s:s + 16] for s in starts.tolist()])
-        return {"tokens": x, "t": schedule.sample_t(16, gen), "noise": torch.rand(x.shape, generator=gen)}
+        return {"tokens": x, "t": schedule.LinearSchedule().sample_t(16, gen), "noise": torch.rand(x.shape, generator=gen)}
 
     val = torch.stack([base[s:s + 16] for s in range(0, 200, 20)])
     before = elbo_bound(model, val, MASK, n_samples=4)

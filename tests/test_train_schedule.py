@@ -19,7 +19,7 @@ from dlmlab.data import load_corpus
 from dlmlab.errors import UserError
 from dlmlab.models import TransformerConfig
 from dlmlab.objectives import elbo_bound, mdlm_loss
-from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinearSchedule, sample_t
+from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinearSchedule
 from dlmlab.training.card import model_card, read_card
 from dlmlab.training.checkpoint import latest_checkpoint, list_checkpoints
 from dlmlab.training.lm import (RunConfig, build_run_model, config_differences, evaluate_lm, load_run,
@@ -106,6 +106,10 @@ def test_config_differences_treat_no_noise_as_the_default_linear():
 def _historical_task(cfg, stream, vocab):
     """make_lm_task's mdlm batch and loss as they were before runs named a schedule (module sample_t, no schedule)."""
     from dlmlab.data import TokenStream
+
+    def sample_t(batch, gen, eps=1e-3):  # the old module function: antithetic U[eps, 1]
+        u = (torch.rand(1, generator=gen) + torch.arange(batch) / batch) % 1.0
+        return eps + (1.0 - eps) * u
 
     def make_batch(step, gen):
         x = TokenStream.windows(stream.train, cfg.train.batch_size, cfg.data.seq_len, gen)

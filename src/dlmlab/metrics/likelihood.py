@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from dlmlab.objectives.objective import token_nll
+
 
 @torch.no_grad()
 def ar_nll_per_window(model, windows: torch.Tensor, prompt_len: int = 1, batch: int = 32) -> torch.Tensor:
@@ -23,7 +25,7 @@ def ar_nll_per_window(model, windows: torch.Tensor, prompt_len: int = 1, batch: 
     for xb in windows.split(batch):
         logits = model(xb[:, :-1], attn_mask="causal")[:, prompt_len - 1:]
         tgt = xb[:, prompt_len:]
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2).double(), tgt, reduction="none")  # [B, L]
+        nll = token_nll(logits, tgt, torch.float64)  # [B, L]
         out.append(nll.mean(1).cpu())
     return torch.cat(out)
 

@@ -43,6 +43,12 @@ def masked_nll(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor,
     return nll * masked
 
 
+def nelbo_per_row(nll: torch.Tensor, t: torch.Tensor, n: torch.Tensor, schedule: NoiseSchedule) -> torch.Tensor:
+    """NELBO per row [B]: ``w(t_b) * sum_i nll_bi / n_b`` for masked-token NLLs ``nll`` [B,T] (zero elsewhere),
+    times ``t`` [B] and ``n`` [B] scored positions, ``w`` the schedule's ELBO weight."""
+    return schedule.elbo_weight(t).to(nll.device) * nll.sum(1) / n
+
+
 def mdlm_loss(
     model,
     tokens: torch.Tensor,
@@ -71,8 +77,7 @@ def mdlm_loss(
     logits = model(noisy, **forward_kwargs)
     nll = masked_nll(logits, tokens, masked, mask_id)
     n = maskable.sum(1).clamp(min=1) if maskable is not None else torch.full((B,), T, device=tokens.device)
-    per_seq = sched.elbo_weight(t).to(nll.device) * nll.sum(1) / n
-    loss = per_seq.mean()
+    loss = nelbo_per_row(nll, t, n, sched).mean()
     n_masked = masked.sum().clamp(min=1)
     ce = (nll.sum() / n_masked).detach()
     return loss, {"loss": loss.item(), "nelbo": loss.item(), "ppl_bound": float(torch.exp(loss.detach())),

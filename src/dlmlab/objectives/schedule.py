@@ -15,8 +15,9 @@ name            alpha(t)                                     weight          eps
 ==============  ===========================================  ==============  ==========================
 
 ``loglinear`` and ``cosine`` draw ``t`` from ``[t_min, 1]``.  ``linear`` with its default ``eps`` is
-the toolkit's historical schedule (the module functions :func:`alpha`, :func:`mask_prob`,
-:func:`elbo_weight` and :func:`sample_t` are it, bit for bit).
+the toolkit's historical schedule (the module functions :func:`alpha`, :func:`mask_prob` and
+:func:`elbo_weight` are it, bit for bit).  Training draws times through a schedule (or the
+:class:`~dlmlab.objectives.objective.MaskedDiffusionObjective` holding one), never a module function.
 
 Samplers use the same classes: a sampler running time from 1 down to 0 in ``S`` equal steps
 reveals, in expectation, the share :meth:`NoiseSchedule.clean_share` of the masked positions
@@ -33,6 +34,14 @@ import torch
 
 from dlmlab.config import Config, require
 from dlmlab.errors import UserError
+
+def uniform_times(batch: int, generator: torch.Generator | None = None, antithetic: bool = True) -> torch.Tensor:
+    """u [B] uniform on [0, 1); antithetic (stratified: one uniform shifted by i/B) by default."""
+    u = torch.rand(1 if antithetic else batch, generator=generator)
+    if antithetic:
+        u = (u + torch.arange(batch) / batch) % 1.0
+    return u
+
 
 def _cos(t):
     return torch.cos(t) if isinstance(t, torch.Tensor) else math.cos(t)
@@ -80,9 +89,7 @@ class NoiseSchedule(Config):
 
     def sample_t(self, batch: int, generator: torch.Generator | None = None, antithetic: bool = True) -> torch.Tensor:
         """t [B] in [t_min, 1]; antithetic (stratified: one uniform shifted by i/B) sampling lowers the loss variance."""
-        u = torch.rand(1 if antithetic else batch, generator=generator)
-        if antithetic:
-            u = (u + torch.arange(batch) / batch) % 1.0
+        u = uniform_times(batch, generator, antithetic)
         lo = self.t_min
         return lo + (1.0 - lo) * u
 
@@ -209,7 +216,3 @@ def elbo_weight(t: torch.Tensor) -> torch.Tensor:
     """-alpha'(t) / (1 - alpha(t)) for the linear schedule = 1 / t."""
     return DEFAULT.elbo_weight(t)
 
-
-def sample_t(batch: int, generator: torch.Generator | None, eps: float = 1e-3, antithetic: bool = True) -> torch.Tensor:
-    """t [B] in [eps, 1] of the linear schedule; antithetic (stratified) sampling lowers the loss variance."""
-    return LinearSchedule(eps=eps).sample_t(batch, generator, antithetic)

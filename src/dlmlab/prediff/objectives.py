@@ -47,8 +47,9 @@ import torch
 from dlmlab.config import Config, require
 from dlmlab.data import TokenStream
 from dlmlab.models.masks import build_mask
-from dlmlab.objectives import ar_loss, corrupt, masked_nll
-from dlmlab.objectives.schedule import NoiseSchedule, get_schedule
+from dlmlab.objectives import ARObjective, corrupt, masked_nll
+from dlmlab.objectives.mdlm import nelbo_per_row
+from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, uniform_times
 
 Attention = Literal["hybrid", "bidirectional", "annealed", "hybrid_annealed", "causal"]
 Objective = Literal["mdlm", "shifted_mdlm", "ar"]
@@ -59,8 +60,7 @@ COSINE_T_RANGE = (0.01, 0.99)  # the study's clip of the cosine mask rates
 
 def cosine_mask_rates(batch: int, gen: torch.Generator | None) -> torch.Tensor:
     """t [B] = cos(pi u / 2) for stratified u in [0, 1), clipped to :data:`COSINE_T_RANGE` (the study's schedule)."""
-    u = (torch.rand(1, generator=gen) + torch.arange(batch) / batch) % 1.0
-    return torch.cos(u * math.pi / 2).clamp(*COSINE_T_RANGE)
+    return torch.cos(uniform_times(batch, gen) * math.pi / 2).clamp(*COSINE_T_RANGE)
 
 
 def prompt_length(prompt_frac: float, T: int) -> int:
@@ -141,11 +141,12 @@ def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, ba
     require(loss in LOSSES, f"loss must be one of {LOSSES}, got {loss!r}")
     T = seq_len
     sched = get_schedule(schedule)
+    ar = ARObjective()
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = TokenStream.windows(stream_train, batch, T + (1 if not method.is_diffusion else 0), gen)
         if not method.is_diffusion:
-            return {"tokens": x}
+            return ar.make_batch(x, gen)
         P = torch.full((batch,), prompt_length(prompt_frac, T), dtype=torch.long)
         t = cosine_mask_rates(batch, gen) if loss == "masked_ce" else sched.sample_t(batch, gen)
         out = {"tokens": x, "prompt_len": P, "t": t, "noise": torch.rand(x.shape, generator=gen),
@@ -158,7 +159,7 @@ def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, ba
     def loss_fn(model, b: dict):
         b = {k: v.to(device) for k, v in b.items()}
         if not method.is_diffusion:
-            return ar_loss(model, b["tokens"])
+            return ar.loss(model, b)
         attn = b.get("attn")
         return diffusion_loss(model, b["tokens"], b["prompt_len"], b["t"], b["noise"], b["self_cond"],
                               attn_mask=attn if attn is not None else method.final_attention, loss=loss,
@@ -205,8 +206,7 @@ def _masked_losses(model, tokens, prompt_len, t, noise, self_cond_rows=None, att
     logits = model(noisy, t, self_cond=sc, **kw)
     nll = masked_nll(logits, tokens, masked, inner.mask_id)  # [B,T], zero off the masked positions
     n = maskable.sum(1).clamp(min=1)
-    per_row = sched.elbo_weight(t).to(nll.device) * nll.sum(1) / n
-    return per_row, nll.sum() / masked.sum().clamp(min=1)
+    return nelbo_per_row(nll, t, n, sched), nll.sum() / masked.sum().clamp(min=1)
 
 
 @torch.no_grad()

@@ -28,7 +28,7 @@ from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.denoiser import Denoiser, as_denoiser
 from dlmlab.sampling.gumbel import draw, filtered_log_probs
 from dlmlab.sampling.orders import entropy, order_scores
-from dlmlab.sampling.schedules import SCHEDULES, ancestral_count, factor_count, threshold_count
+from dlmlab.sampling.schedules import UNMASK_SCHEDULES, ancestral_count, factor_count, threshold_count
 from dlmlab.sampling.trajectory import Activation, DecodeResult, StepRecord, TraceConfig
 
 
@@ -183,8 +183,8 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     for bi, (s, e) in enumerate(blocks):
         ve = e if run.block_causal else N
         steps_b = max(1, round(cfg.steps * (e - s) / L))
-        plans = [] if cfg.schedule not in SCHEDULES else [
-            SCHEDULES[cfg.schedule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
+        plans = [] if cfg.schedule not in UNMASK_SCHEDULES else [
+            UNMASK_SCHEDULES[cfg.schedule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
         run.new_block()
         fresh = torch.zeros(B, dtype=torch.bool)
         blk = None  # the block's latest logits [B, e-s, V]

@@ -49,7 +49,10 @@ def linear_schedule(total: int, steps: int) -> list[int]:
     return _counts(total, steps, LinearSchedule().clean_share)
 
 
-SCHEDULES = {"cosine": unmask_schedule, "linear": linear_schedule}
+# Count (unmasking) schedules by name: tokens committed per step.  Not the noise schedules of
+# :data:`dlmlab.objectives.schedule.SCHEDULES`: there "cosine" is MDLM's noise schedule, whose sampler reveals
+# many positions first; here "cosine" is MaskGIT's count rule, few first.
+UNMASK_SCHEDULES = {"cosine": unmask_schedule, "linear": linear_schedule}
 
 
 def ancestral_count(n_masked: torch.Tensor, step: int, steps: int, generator: torch.Generator | None = None,

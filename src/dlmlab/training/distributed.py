@@ -81,3 +81,14 @@ def is_main_process() -> bool:
 def sync() -> None:
     """Wait for every ``torchrun`` rank (e.g. until rank 0 has written a file the others read); no-op alone."""
     init_from_env().barrier()
+
+
+def gathered(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor (an FSDP-sharded parameter, a gradient norm over shards) gathered whole, a collective; any
+    other tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def local_part(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor; any other tensor as it is."""
+    return t.to_local() if hasattr(t, "to_local") else t

@@ -21,7 +21,7 @@ from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.models import TransformerConfig
 from dlmlab.models.factory import build_model
-from dlmlab.objectives import ar_loss, mdlm_loss
+from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.objectives.schedule import NoiseSchedule
 from dlmlab.training.card import CARD_NAME, FAMILIES, OBJECTIVES, OLD_OBJECTIVE_NAMES, family_of
 from dlmlab.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
@@ -188,24 +188,24 @@ def build_run_model(cfg: RunConfig, data_vocab: int) -> torch.nn.Module:
     return build_model(family_of(cfg.model), match_params=False, **fields)
 
 
+def run_objective(cfg: RunConfig, vocab: int):
+    """The run's :class:`~dlmlab.objectives.objective.Objective`: AR, or masked diffusion with mask id ``vocab``
+    (the last id of the model vocabulary) under the run's noise schedule."""
+    if cfg.objective == "ar":
+        return ARObjective()
+    return MaskedDiffusionObjective(vocab, cfg.noise_schedule)
+
+
 def make_lm_task(cfg: RunConfig, stream: TokenStream, vocab: int):
     """(make_batch, loss_fn) for the run's objective; noise is drawn in make_batch (global batch)."""
     T, B = cfg.data.seq_len, cfg.train.batch_size
-    mask_id = vocab  # last id of the model vocabulary
-    schedule = cfg.noise_schedule
+    obj = run_objective(cfg, vocab)
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = TokenStream.windows(stream.train, B, T + (1 if cfg.objective == "ar" else 0), gen)
-        if cfg.objective == "ar":
-            return {"tokens": x}
-        return {"tokens": x, "t": schedule.sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
+        return obj.make_batch(x, gen)
 
-    def loss_fn(model, batch):
-        if cfg.objective == "ar":
-            return ar_loss(model, batch["tokens"])
-        return mdlm_loss(model, batch["tokens"], mask_id, t=batch["t"], noise=batch["noise"], schedule=schedule)
-
-    return make_batch, loss_fn
+    return make_batch, obj.loss
 
 
 @torch.no_grad()
@@ -214,14 +214,14 @@ def evaluate_lm(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, voc
     validation windows."""
     model.eval()
     T = cfg.data.seq_len
+    obj = run_objective(cfg, vocab)
     x = TokenStream.chunks(stream.val, T + 1, limit=cfg.eval_batches * cfg.train.batch_size)
     if cfg.objective == "ar":
-        losses = [ar_loss(model, xb)[0].item() for xb in x.split(cfg.train.batch_size)]
+        losses = [obj.loss(model, obj.make_batch(xb))[0].item() for xb in x.split(cfg.train.batch_size)]
         nll = sum(losses) / len(losses)
         return {"nll": nll, "ppl": math.exp(nll)}
     g = torch.Generator().manual_seed(1234)
-    losses = [mdlm_loss(model, xb[:, :T], vocab, generator=g, schedule=cfg.noise_schedule)[0].item()
-              for xb in x.split(cfg.train.batch_size)]
+    losses = [obj.loss(model, obj.make_batch(xb[:, :T], g))[0].item() for xb in x.split(cfg.train.batch_size)]
     nll = sum(losses) / len(losses)
     return {"nelbo": nll, "ppl_bound": math.exp(nll)}
 

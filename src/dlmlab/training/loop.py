@@ -5,6 +5,12 @@ so a resumed run sees exactly the batches (and diffusion noise) an uninterrupted
 run would.  ``make_batch(step, gen)`` returns a dict of *global* batch tensors
 (dim 0 = batch); with N processes each rank gets its 1/N slice, so 2 processes
 reproduce 1 process with the same global batch.
+
+Parallelism (``parallel``): ``"ddp"`` (the default) wraps the model in DistributedDataParallel when
+there are several processes; ``"fsdp"`` trains a model already sharded by
+:func:`dlmlab.training.fsdp.shard` (FSDP2; gradients averaged over the ranks by FSDP, the gradient norm
+gathered over the shards).  One loop either way: same LR schedule, clipping, evaluation, checkpoints
+and non-finite stop.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dlmlab.progress import bar as progress_bar
 from dlmlab.training.card import CARD_NAME, TOKENIZER_NAME, card_text, model_card, write_card
 from dlmlab.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from dlmlab.training.config import TrainConfig, lr_at
-from dlmlab.training.distributed import DistContext, init_from_env
+from dlmlab.training.distributed import DistContext, gathered, init_from_env, local_part
 
 # What train() writes into its folder; with resume=False an earlier run's are moved aside first.
 TRAIN_FILES = ("checkpoints", "metrics.jsonl", CARD_NAME, TOKENIZER_NAME)
@@ -35,6 +41,7 @@ Batch = dict[str, torch.Tensor]
 MakeBatch = Callable[[int, torch.Generator], Batch]
 LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict]]
 EvalFn = Callable[[torch.nn.Module, int], dict]
+PARALLEL = ("ddp", "fsdp")
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:
@@ -89,7 +96,8 @@ def _stop_non_finite(steps: str, out: Path | None, what: str) -> NonFiniteLoss:
 
 
 def _all_finite(model: torch.nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    """Whether this rank's parameters (its shards, under FSDP) are all finite."""
+    return all(bool(torch.isfinite(local_part(p)).all()) for p in model.parameters())
 
 
 def train(
@@ -107,6 +115,7 @@ def train(
     mask_id: int | None = None,
     tokenizer=None,
     noise=None,
+    parallel: str = "ddp",
 ) -> list[dict]:
     """Train ``model`` in place for ``cfg.steps`` steps; returns the metric rows.
 
@@ -121,8 +130,17 @@ def train(
     config, ``objective`` "ar" / "mdlm", ``mask_id``, the mdlm ``noise`` schedule; :mod:`dlmlab.training.card`) and the ``tokenizer``'s
     ``tokenizer.json`` are written into ``out_dir`` and into every checkpoint folder.  A model that is
     not a dlmlab family (no ``cfg``) trains all the same, without ``model.json``.
+
+    ``parallel``: ``"ddp"`` or ``"fsdp"`` (a model already :func:`~dlmlab.training.fsdp.shard`-ed over
+    ``ctx``'s ranks); see the module docstring.  ``eval_fn(model, step)`` runs (no grad, eval mode, on every
+    rank) every ``cfg.eval_every`` steps and at the end; its dict joins that step's row with keys ``eval_*``.
     """
+    if parallel not in PARALLEL:
+        raise UserError(f"parallel must be one of {list(PARALLEL)}, got {parallel!r}")
     ctx = ctx or init_from_env()
+    if parallel == "fsdp" and out_dir is not None and ctx.world_size > 1:
+        raise UserError("train(parallel='fsdp') over several processes keeps no checkpoints (the weights are "
+                        "sharded); pass out_dir=None and gather the weights with dlmlab.training.fsdp.full_state_dict")
     card = None
     if out_dir is not None:
         try:
@@ -137,12 +155,14 @@ def train(
             stack.enter_context(outdir.locked(out, "train"))  # rank 0 only; re-entrant in one process
             stack.enter_context(outdir.write_errors(out))
         tok_json = tokenizer.to_json() if tokenizer is not None else None
-        return _train(model, cfg, make_batch, loss_fn, out, eval_fn, resume, extra_state, desc, ctx, card, tok_json)
+        return _train(model, cfg, make_batch, loss_fn, out, eval_fn, resume, extra_state, desc, ctx, card, tok_json,
+                      parallel)
 
 
 def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out: Path | None,
            eval_fn: EvalFn | None, resume: bool, extra_state: dict | None, desc: str,
-           ctx: DistContext, card: dict | None = None, tok_json: str | None = None) -> list[dict]:
+           ctx: DistContext, card: dict | None = None, tok_json: str | None = None,
+           parallel: str = "ddp") -> list[dict]:
     opt = make_optimizer(model, cfg)
     start = 0
     history: list[dict] = []
@@ -167,7 +187,7 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
         ck_files[CARD_NAME] = card_text(card)
         if tok_json is not None:
             ck_files[TOKENIZER_NAME] = tok_json
-    net = DDP(model) if ctx.world_size > 1 else model
+    net = DDP(model) if ctx.world_size > 1 and parallel == "ddp" else model  # fsdp: sharded by the caller
     state_extra = {"train_config": asdict(cfg), **(extra_state or {})}
 
     def checkpoint(step: int) -> None:
@@ -194,6 +214,8 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip else None
+            if gnorm is not None:
+                gnorm = gathered(gnorm)  # FSDP: the norm over every rank's shards
             now_bad = ~torch.isfinite(loss.detach())
             if gnorm is not None:
                 now_bad = now_bad | ~torch.isfinite(gnorm)
@@ -203,7 +225,8 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
                 bad = bad | now_bad
             opt.step()
             bar.update(1)
-            logged = step % cfg.log_every == 0 or step == cfg.steps
+            evaluating = bool(eval_fn is not None and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps))
+            logged = step % cfg.log_every == 0 or step == cfg.steps or evaluating  # an evaluation gets its row
             saving = cfg.ckpt_every and step % cfg.ckpt_every == 0 and step != cfg.steps
             if logged or saving:
                 if ctx.any(bool(bad)):
@@ -214,7 +237,7 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
                 row = {"step": step, "lr": lr, **{k: ctx.mean(float(v)) for k, v in metrics.items()}}
                 if gnorm is not None:
                     row["grad_norm"] = float(gnorm)
-                if eval_fn is not None and cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+                if evaluating:
                     model.eval()
                     with torch.no_grad():
                         row.update({f"eval_{k}": v for k, v in eval_fn(model, step).items()})

@@ -9,8 +9,7 @@ import torch
 
 from dlmlab.data.corpus import tokenise_corpus
 from dlmlab.models import Transformer, TransformerConfig
-from dlmlab.objectives import ar_loss, mdlm_loss
-from dlmlab.objectives.schedule import sample_t
+from dlmlab.objectives import ARObjective, LinearSchedule, MaskedDiffusionObjective
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab, mixed_batch
 from dlmlab.training import TrainConfig, train
@@ -26,6 +25,7 @@ class Data:
     hi: int
     val_ids: torch.Tensor | None = None  # [M] held-out text (probes, head scores on text)
     files: tuple[str, ...] = ()  # the corpus files read
+    tokenizer: object = None  # the text tokenizer (saved beside each run's weights)
 
 
 def load_data(p: InductionPreset) -> Data:
@@ -36,7 +36,7 @@ def load_data(p: InductionPreset) -> Data:
     lo, hi = (0, n_tok) if p.random_ids == "text" else (v.lo, v.hi)
     if p.random_ids == "text" and n_tok < p.seq_len // 2:
         raise ValueError(f"text vocabulary ({n_tok}) is smaller than seq_len/2 = {p.seq_len // 2}")
-    return Data(c.train, v, lo, hi, c.val, tuple(c.files))
+    return Data(c.train, v, lo, hi, c.val, tuple(c.files), c.tokenizer)
 
 
 def p_repeated_at(p: InductionPreset, step: int) -> float:
@@ -65,27 +65,33 @@ def train_config(p: InductionPreset, progress: bool) -> TrainConfig:
                        ckpt_every=p.ckpt_every, keep_checkpoints=0, progress=progress)
 
 
+def objective_of(p: InductionPreset, vocab: RepeatedVocab, objective: str):
+    """The training objective: AR next-token, or MDLM (default linear schedule, weight 1/t) with mask rates drawn
+    antithetically on ``[t_min, t_max]``."""
+    if objective == "ar":
+        return ARObjective()
+    return MaskedDiffusionObjective(vocab.mask_id, LinearSchedule(), t_range=(p.t_min, p.t_max))
+
+
 def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, out: Path | None,
                 progress: bool = True) -> tuple[Transformer, list[dict]]:
-    """Train one model (AR: next-token loss, causal; DLM: MDLM loss, bidirectional) -> (model, metric rows)."""
+    """Train one model (AR: next-token loss, causal; DLM: MDLM loss, bidirectional) -> (model, metric rows).
+
+    With ``out`` the run folder loads with :func:`dlmlab.load` (and the DLM with ``dlmlab sample``): its
+    ``model.json`` records the objective (``ar`` / ``mdlm``), the mask id and the noise schedule, beside the
+    text tokenizer."""
     torch.manual_seed(p.seed)
     dev = p.torch_device()
     model = Transformer(model_config(p, data.vocab, n_layers, objective)).to(dev)
-    v = data.vocab
     T = p.seq_len
+    obj = objective_of(p, data.vocab, objective)
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x = mixed_batch(data.text_ids, p.batch_size, T, p_repeated_at(p, step), data.lo, data.hi, gen, p.min_half)
-        if objective == "ar":
-            return {"tokens": x.to(dev)}
-        t = p.t_min + (p.t_max - p.t_min) * sample_t(p.batch_size, gen, eps=0.0)  # antithetic U[t_min, t_max]
-        batch = {"tokens": x, "t": t, "noise": torch.rand(x.shape, generator=gen)}
-        return {k: t.to(dev) for k, t in batch.items()}
+        return {k: t.to(dev) for k, t in obj.make_batch(x, gen).items()}
 
-    def loss_fn(m, batch):
-        if objective == "ar":
-            return ar_loss(m, batch["tokens"])
-        return mdlm_loss(m, batch["tokens"], v.mask_id, t=batch["t"], noise=batch["noise"])
-
-    hist = train(model, train_config(p, progress), make_batch, loss_fn, out_dir=out, desc=f"{objective} L{n_layers}")
+    dlm = objective == "dlm"
+    card = {"objective": obj.name, "mask_id": obj.mask_id if dlm else None, "noise": obj.schedule if dlm else None}
+    hist = train(model, train_config(p, progress), make_batch, obj.loss, out_dir=out, desc=f"{objective} L{n_layers}",
+                 tokenizer=data.tokenizer, **card)
     return model, hist

@@ -46,7 +46,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dlmlab import outdir
@@ -54,16 +53,15 @@ from dlmlab.config import Config, ConfigError, load_yaml, require
 from dlmlab.errors import UserError
 from dlmlab.models.precision import upcast
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.objectives import mdlm_loss
-from dlmlab.objectives.schedule import sample_t
+from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.studies.reversal import hf_signatures as sig
 from dlmlab.studies.reversal.presets import RealDataPreset
 from dlmlab.studies.reversal.real import (N_TEST_PER_FACT, N_TRAIN_PER_FACT, accuracy, candidate_loglik,
                                           celebrity_items, distinct_argmax, prepare)
 from dlmlab.tasks.relations import ParentChild, load_person_description
-from dlmlab.training import TrainConfig
+from dlmlab.training import TrainConfig, train
 from dlmlab.training.distributed import init_from_env
-from dlmlab.training.fsdp import full_parameters, shard, train_sharded
+from dlmlab.training.fsdp import full_parameters, shard
 from dlmlab.training.lora import LoraSettings, add_lora, is_adapter
 
 
@@ -208,17 +206,6 @@ def load_tokenizer(path: str | Path):
         hf_logging.set_verbosity(level)
 
 
-def ar_loss_rows(lm, x: torch.Tensor, pad: int):
-    """Next-token NLL of right-padded documents [B,T]: mean over each row's non-pad targets, then over rows
-    (every row weighs the same, so a batch split over ranks averages to the whole batch's loss)."""
-    logits = lm(x[:, :-1]).float()
-    tgt = x[:, 1:]
-    keep = (tgt != pad).float()
-    nll = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none") * keep
-    loss = (nll.sum(1) / keep.sum(1).clamp(min=1)).mean()
-    return loss, {"loss": loss.item()}
-
-
 def signature_docs(cfg: HFFinetuneConfig, tok, pad: int):
     """(forward, reverse) :class:`~hf_signatures.SpanDocs` for the first ``n_signature_facts`` facts."""
     n = cfg.n_signature_facts
@@ -315,28 +302,25 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
 
     B = cfg.train.batch_size
 
-    def make_batch(step, gen):
-        x = task.train[torch.randint(0, len(task.train), (B,), generator=gen)]
-        if kind == "arm":
-            return {"tokens": x}
-        return {"tokens": x, "t": sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
+    # ARM: per-row mean next-token NLL of the padded documents (every row weighs the same, so a batch split over
+    # ranks averages to the whole batch's loss); MDM: MDLM with pads never masked
+    obj = (ARObjective(pad_id=pad, per_row=True, float32=True) if kind == "arm"
+           else MaskedDiffusionObjective(mask_id, pad_id=pad))
 
-    def loss_fn(m, batch):
-        x = batch["tokens"].to(dev)
-        if kind == "arm":
-            return ar_loss_rows(m, x, pad)
-        return mdlm_loss(m, x, mask_id, t=batch["t"].to(dev), noise=batch["noise"].to(dev), maskable=x != pad)
+    def make_batch(step, gen):
+        return obj.make_batch(task.train[torch.randint(0, len(task.train), (B,), generator=gen)], gen)
 
     def eval_fn(m, step):
         return {"signatures": {"step": step, **signatures(lm, task, kind, objective, mask_id, docs, cfg)}}
 
     trace = [eval_fn(lm, 0)["signatures"]]
-    tcfg = dataclasses.replace(cfg.train, seed=cfg.seed, progress=progress)
     every = cfg.eval_every or cfg.train.steps
-    history = train_sharded(lm, tcfg, make_batch, loss_fn, ctx, eval_fn, every, desc=f"{info.format} {objective}")
+    tcfg = dataclasses.replace(cfg.train, seed=cfg.seed, progress=progress, eval_every=every, ckpt_every=0)
+    history = train(lm, tcfg, make_batch, obj.loss, eval_fn=eval_fn, desc=f"{info.format} {objective}", ctx=ctx,
+                    parallel="fsdp")
     for row in history:
-        if "signatures" in row:
-            trace.append(row.pop("signatures"))
+        if "eval_signatures" in row:
+            trace.append(row.pop("eval_signatures"))
     res = {"model_path": str(cfg.model_path), "format": info.format, "objective": objective, "mask_id": mask_id,
            "bos_id": bos, "shift_logits": info.shift_logits, "lora": cfg.lora is not None,
            "world_size": ctx.world_size, "chance": 1.0 / cfg.n_facts,

@@ -21,13 +21,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from dlmlab.config import ConfigError
 from dlmlab.models import Transformer
-from dlmlab.objectives import mdlm_loss
+from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.objectives.mdlm import log_probs_no_mask
-from dlmlab.objectives.schedule import sample_t
 from dlmlab.report import Table, claim
 from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
@@ -114,11 +112,11 @@ def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask
     return RealTask(tok, tokens, pad, mask, max(tok.vocab_size, pad + 1, mask + 1), fwd, rev)
 
 
-def ar_loss_padded(model, x: torch.Tensor, pad: int):
-    """Next-token NLL of right-padded documents [B,T]; targets equal to ``pad`` are ignored."""
-    logits = model(x[:, :-1])
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), ignore_index=pad)
-    return loss, {"loss": loss.item()}
+def objective_of(task: RealTask, kind: str):
+    """ARM: next-token NLL of right-padded documents (pad targets ignored); MDM: MDLM with pads never masked."""
+    if kind == "arm":
+        return ARObjective(pad_id=task.pad_id)
+    return MaskedDiffusionObjective(task.mask_id, pad_id=task.pad_id)
 
 
 @torch.no_grad()
@@ -179,21 +177,16 @@ def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed
     docs = task.train
     B = train_cfg.batch_size
 
-    def make_batch(step, gen):
-        x = docs[torch.randint(0, len(docs), (B,), generator=gen)]
-        if kind == "arm":
-            return {"tokens": x}
-        return {"tokens": x, "t": sample_t(B, gen), "noise": torch.rand(x.shape, generator=gen)}
+    obj = objective_of(task, kind)
 
-    def loss_fn(m, batch):
-        x = batch["tokens"].to(next(m.parameters()).device)
-        if kind == "arm":
-            return ar_loss_padded(m, x, task.pad_id)
-        return mdlm_loss(m, x, task.mask_id, t=batch["t"].to(x.device), noise=batch["noise"].to(x.device),
-                         maskable=x != task.pad_id)
+    def make_batch(step, gen):
+        return obj.make_batch(docs[torch.randint(0, len(docs), (B,), generator=gen)], gen)
 
     tcfg = dataclasses.replace(train_cfg, seed=seed, progress=progress)
-    hist = train(model, tcfg, make_batch, loss_fn, out_dir=out_dir, desc=desc)
+    mdlm = kind != "arm"
+    card = ({"objective": obj.name, "mask_id": task.mask_id if mdlm else None, "noise": obj.schedule if mdlm else None}
+            if getattr(model, "cfg", None) is not None else {})  # a toolkit model is saved loadable by dlmlab.load
+    hist = train(model, tcfg, make_batch, obj.loss, out_dir=out_dir, desc=desc, **card)
     out = {"final_loss": hist[-1]["loss"] if hist else None}
     for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test)):
         s, n = candidate_loglik(model, task, kind, items, seq_len)

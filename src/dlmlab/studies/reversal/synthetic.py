@@ -14,8 +14,7 @@ from dlmlab.analysis.gradient_alignment import parameter_gradient_cosine, per_qu
 from dlmlab.analysis.reversal import query_eval, query_loss
 from dlmlab.analysis.storage_routing import storage_matrix, storage_margin, storage_routing
 from dlmlab.models import Transformer
-from dlmlab.objectives import mdlm_loss
-from dlmlab.objectives.schedule import sample_t
+from dlmlab.objectives import MaskedDiffusionObjective
 from dlmlab.studies.reversal.presets import ReversalPreset
 from dlmlab.tasks.positional_relations import Layout, PositionalRelations
 from dlmlab.tasks.relations import Queries
@@ -58,24 +57,32 @@ def make_objective(task: PositionalRelations, kind: str, batch_size: int):
     mdm: NLL of A at the mask of "[M] r.. B" (the given-mask forward query); arm: NLL of B read at the
     position before it in "A r.."; mdm_mdlm: the MDLM loss on random masks of the whole document."""
 
+    mdlm = MaskedDiffusionObjective(task.mask_id) if kind == "mdm_mdlm" else None
+
     def make_batch(step: int, gen: torch.Generator) -> dict:
         lay = task.sample_layout(batch_size, gen)
-        if kind == "mdm_mdlm":
-            docs = task.documents(lay)
-            return {"tokens": docs, "t": sample_t(batch_size, gen), "noise": torch.rand(docs.shape, generator=gen)}
+        if mdlm is not None:
+            return mdlm.make_batch(task.documents(lay), gen)
         q = queries(task, kind, lay)[0]
         return {"tokens": q.tokens, "query_pos": q.query_pos, "target": q.target, "evidence_pos": q.evidence_pos}
 
     def loss_fn(model, batch):
-        dev = _dev(model)
-        if kind == "mdm_mdlm":
-            x = batch["tokens"].to(dev)
-            return mdlm_loss(model, x, task.mask_id, t=batch["t"].to(dev), noise=batch["noise"].to(dev))
-        q = Queries(batch["tokens"], batch["query_pos"], batch["target"], batch["evidence_pos"]).to(dev)
+        if mdlm is not None:
+            return mdlm.loss(model, batch)
+        q = Queries(batch["tokens"], batch["query_pos"], batch["target"], batch["evidence_pos"]).to(_dev(model))
         loss = query_loss(model, q)
         return loss, {"loss": loss.item()}
 
     return make_batch, loss_fn
+
+
+def card_fields(task: PositionalRelations, kind: str) -> dict:
+    """What :func:`~dlmlab.training.train` records in ``model.json`` for a model ``kind``: objective, mask id and
+    (MDLM-trained) noise schedule.  Both MDM kinds fill in masks (``mdlm``); the ARM predicts the next token."""
+    if not kind.startswith("mdm"):
+        return {"objective": "ar"}
+    noise = MaskedDiffusionObjective(task.mask_id).schedule if kind == "mdm_mdlm" else None
+    return {"objective": "mdlm", "mask_id": task.mask_id, "noise": noise}
 
 
 def track(model: Transformer, task: PositionalRelations, kind: str, lay: Layout) -> dict:
@@ -142,7 +149,7 @@ def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progre
     model.eval()
     history = [{"step": 0, **track(model, task, kind, lay)}]
     rows = train(model, tcfg, make_batch, loss_fn, eval_fn=lambda m, step: track(m, task, kind, lay),
-                 desc=f"{kind}/{positions}/s{seed}")
+                 desc=f"{kind}/{positions}/s{seed}", **card_fields(task, kind))
     for row in rows:
         history.append({"step": row["step"], "loss": row.get("loss"),
                         **{k[5:]: v for k, v in row.items() if k.startswith("eval_")}})

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from dlmlab.analysis.direction_ablation import (ablation_drops, per_sequence_accuracy, probe_basis, project_out,
                                                 random_basis, tagging_accuracy)
 from dlmlab.analysis.layer_probes import best_layer, collect_states, probe_layers, residual_layers
 from dlmlab.analysis.patching import patch_positions
 from dlmlab.config import ConfigError
+from dlmlab.objectives import TaggingObjective
 from dlmlab.studies.state.presets import StatePreset
 from dlmlab.tasks.code_depth import CodeDepthTask
 from dlmlab.tasks.dyck import DyckTask
@@ -57,11 +57,8 @@ def build(variant: str, task, p: StatePreset):
                        n_layers=p.n_layers, **over)
 
 
-def tagging_loss(model, batch):
-    logits = model(batch["tokens"])
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
-    acc = (logits.argmax(-1) == batch["labels"]).float().mean()
-    return loss, {"loss": float(loss.detach()), "acc": float(acc)}
+TAGGING = TaggingObjective()
+tagging_loss = TAGGING.loss  # (model, {"tokens", "labels"}) -> (float32 cross-entropy, {loss, acc})
 
 
 def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps: int | None = None,
@@ -73,7 +70,7 @@ def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps:
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x, y = sample(task, p.batch_size, p.train_len, gen, "train")
-        return {"tokens": x, "labels": y}
+        return TAGGING.make_batch(x, gen, labels=y)
 
     return train(model, cfg, make_batch, tagging_loss, out_dir=None, desc=desc)
 

@@ -29,13 +29,15 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from dlmlab.config import Config, ConfigError, read_text, require
 from dlmlab.data.paths import DataError, resolve_text
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text
+from dlmlab.objectives import ARObjective
 from dlmlab.studies.threads import STUDY_THREADS, torch_threads
+
+NEXT_BYTE = ARObjective(float32=True)  # next-byte cross-entropy on float32 logits (training and held-out loss)
 
 BYTE_VOCAB = 256
 RECORD = "dlmlab_pretrain.json"
@@ -142,12 +144,11 @@ def _val_loss(model, ids: torch.Tensor, r: PretrainRecipe) -> float:
     n = min(r.val_windows, (len(ids) - 1) // r.seq_len)
     if n < 1:
         raise DataError(f"held-out text of {len(ids)} bytes is too short for seq_len {r.seq_len}")
-    x = ids[: n * r.seq_len + 1]
-    inp, tgt = x[:-1].view(n, r.seq_len), x[1:].view(n, r.seq_len)
+    windows = ids[: n * r.seq_len + 1].unfold(0, r.seq_len + 1, r.seq_len)  # [n, seq_len + 1], overlapping by one
     was = model.training
     model.eval()
     try:
-        loss = F.cross_entropy(model(inp).flatten(0, 1).float(), tgt.flatten())
+        loss, _ = NEXT_BYTE.loss(model, NEXT_BYTE.make_batch(windows))
     finally:
         model.train(was)
     return float(loss)
@@ -174,15 +175,10 @@ def pretrain_one(arch: str, r: PretrainRecipe, ids: torch.Tensor, seed: int, pro
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         starts = torch.randint(0, len(tr) - r.seq_len - 1, (r.batch_size,), generator=gen)
-        return {"tokens": torch.stack([tr[s:s + r.seq_len + 1] for s in starts.tolist()])}
-
-    def lm_loss(m, batch):
-        x = batch["tokens"]
-        loss = F.cross_entropy(m(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
-        return loss, {"loss": float(loss.detach())}
+        return NEXT_BYTE.make_batch(torch.stack([tr[s:s + r.seq_len + 1] for s in starts.tolist()]))
 
     t0 = time.process_time()
-    hist = train(model, cfg, make_batch, lm_loss, out_dir=None, desc=desc or f"pretrain {arch}")
+    hist = train(model, cfg, make_batch, NEXT_BYTE.loss, out_dir=None, desc=desc or f"pretrain {arch}")
     val = _val_loss(model, va, r)
     rec = {"train_loss": [[row["step"], row["loss"]] for row in hist if "loss" in row],
            "train_loss_last": hist[-1]["loss"] if hist else None, "val_loss": val,
