@@ -1,9 +1,17 @@
-"""The study's claims, computed from the measured numbers (reported whether or not they hold)."""
+"""The study's claims, computed from the measured numbers (reported whether or not they hold).
+
+Verdicts (see :mod:`dlmlab.report.claims`): each paired comparison's 95% interval decides its part (wholly
+below 0, A better: reproduced; wholly above 0: contradicted; spanning 0: inconclusive / underpowered); a
+claim needing several comparisons takes :func:`~dlmlab.report.claims.combine`; a comparison the preset did
+not make is inconclusive / not_run.  The speed claim: not timed robustly -> not_run; else the ratio of
+medians decides (below 1 + margin: contradicted).
+"""
 
 from __future__ import annotations
 
 from dlmlab.metrics.speed import speedup
 from dlmlab.report import Claim, claim
+from dlmlab.report.claims import REPRODUCED, Judgement, combine, contradicted, not_run, verdict_from_interval
 
 SPEEDUP_TARGET = 1.5
 SPEED_MARGIN = 0.1  # "faster" needs a ratio of medians >= 1 + SPEED_MARGIN
@@ -21,11 +29,24 @@ def _evidence(c: dict | None) -> dict:
             "per_seed": c["per_seed"], "seeds": c["n_seeds"], "windows": c["n_windows"]}
 
 
+def comparison_verdict(c: dict | None) -> Judgement:
+    """A paired comparison's verdict: its interval of A - B against 0, A's side below (``None``: not run)."""
+    if c is None:
+        return not_run("comparison not made in this preset")
+    j = verdict_from_interval(c["lo"], c["hi"], side=-1, what=f"{c.get('a', 'A')} - {c.get('b', 'B')}")
+    if (j.verdict == "reproduced") != bool(c["holds"]):  # the comparison's own rule (hi < 0) decides holds
+        raise ValueError(f"comparison {c.get('a')} vs {c.get('b')}: holds={c['holds']} disagrees with its interval "
+                         f"[{c['lo']}, {c['hi']}]")
+    return j
+
+
 def _paired_claim(cid: str, statement: str, comps: list[dict | None], **extra) -> Claim:
     """Holds when every listed paired comparison's whole 95% interval is below zero (A better than B)."""
     holds = None if any(c is None for c in comps) else all(c["holds"] for c in comps)
     ev = {f"{c['a']}_vs_{c['b']}": _evidence(c) for c in comps if c is not None}
-    return claim(cid, statement, holds, **ev, rule="A minus B held-out NLL (nats / target token), two-level "
+    judgement = not_run("comparison not made in this preset") if holds is None else \
+        combine(comparison_verdict(c) for c in comps)
+    return claim(cid, statement, holds, judgement=judgement, **ev, rule="A minus B held-out NLL (nats / target token), two-level "
                  "bootstrap 95% interval over seeds and windows; holds only when every interval excludes 0 on A's "
                  "side", **extra)
 
@@ -50,7 +71,8 @@ def compute_claims(res: dict) -> list[Claim]:
         "ar_init_reaches_threshold_faster_than_scratch",
         "Starting from the pretrained AR model reaches the perplexity threshold (the best held-out bound the "
         "from-scratch MDLM reaches within the budget, per seed) in fewer adaptation steps than training from scratch",
-        None if c is None else c["holds"], **({} if c is None else {"steps_difference": _evidence(c)}),
+        None if c is None else c["holds"], judgement=comparison_verdict(c),
+        **({} if c is None else {"steps_difference": _evidence(c)}),
         threshold_ppl_per_seed=thr.get("value"), ar_init_steps=thr.get("steps", {}).get("prediff"),
         scratch_steps=thr.get("steps", {}).get("scratch"),
         note="steps = budget + 1 stands for 'not reached within the budget'; excludes the backbone's own "
@@ -72,11 +94,17 @@ def speed_claim(sp: dict) -> Claim:
     d8, ar = sp.get("prediff@8", {}), sp.get("ar_control", {})
     ratio = speedup(d8, ar)
     robust = all(x.get("interleaved") and len(x.get("times_s", [])) >= MIN_SPEED_REPEATS for x in (d8, ar))
+    if ratio is None or not robust:
+        judgement = not_run("speeds not measured" if ratio is None else
+                            f"not timed interleaved over >= {MIN_SPEED_REPEATS} rounds")
+    else:
+        judgement = REPRODUCED if ratio >= 1 + SPEED_MARGIN else contradicted(
+            f"speedup {ratio:.2f} < {1 + SPEED_MARGIN:g}")
     return claim(
         "few_step_sampling_faster_than_ar",
         "8-step PreDiff sampling (prompt keys/values reused) generates more tokens per second than KV-cached AR "
         f"decoding on the same backbone, by a margin of at least {SPEED_MARGIN:.0%}, timed interleaved in the same run",
-        None if ratio is None or not robust else ratio >= 1 + SPEED_MARGIN,
+        None if ratio is None or not robust else ratio >= 1 + SPEED_MARGIN, judgement=judgement,
         diffusion_8_steps_tokens_per_s=d8.get("tokens_per_s"), ar_kv_cached_tokens_per_s=ar.get("tokens_per_s"),
         speedup=ratio, interleaved=robust, rounds=min(len(d8.get("times_s", [])), len(ar.get("times_s", []))),
         rule=SPEED_RULE, target_speedup=SPEEDUP_TARGET,

@@ -11,6 +11,10 @@ Which cells count: a profile (probe / ablation / patching) is used for every cel
 such in the evidence; cells at chance are listed as ``at_chance`` and not counted.  A claim with no
 counted cell left has ``holds = False`` with a ``reason``.
 
+Verdicts (see :mod:`dlmlab.report.claims`): cells not run -> inconclusive / not_run; no cell above chance
+-> inconclusive / precondition (the models never learned the task, so there is no profile to test); cells
+above chance whose profile is not the one claimed -> contradicted; the Conv1D claim's intervals decide it.
+
 Profiles are read over the blocks (layer 1 ... n_layers, the residual stream after each block); the
 embedding (layer 0) enters only as the start of the first probe-accuracy jump.
 """
@@ -20,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from dlmlab.report import Claim, claim
+from dlmlab.report.claims import (REPRODUCED, Judgement, combine, contradicted, not_run, precondition_failed,
+                                  verdict_from_interval)
 from dlmlab.report.intervals import hierarchical_ci
 
 LATE_ARCHS = ["mamba", "lstm"]  # the study's claim is about these two
@@ -86,7 +92,8 @@ def _chance_text(lists: dict) -> str:
 
 
 def _none_counted(cid: str, st: str, lists: dict) -> Claim:
-    return claim(cid, st, False, measured="no cell above chance" + _chance_text(lists), reason="no model reached above-chance accuracy on the task(s) this claim is "
+    return claim(cid, st, False, judgement=precondition_failed("no cell above chance" + _chance_text(lists)),
+                 measured="no cell above chance" + _chance_text(lists), reason="no model reached above-chance accuracy on the task(s) this claim is "
                  "about (accuracy at the training length below the majority-label rate + chance_margin), so "
                  "there is no profile to test", **lists)
 
@@ -115,7 +122,8 @@ def late_in_recurrent(cells) -> Claim:
            and "probes" in c}
     counted = {k: c for k, c in ran.items() if k.split("/")[0] in LATE_ARCHS}
     if not counted:
-        return claim(cid, st, None, reason="Mamba / LSTM were not run on parity/s3")
+        return claim(cid, st, None, judgement=not_run("Mamba / LSTM not run on parity/s3"),
+                     reason="Mamba / LSTM were not run on parity/s3")
     per = {}
     for k, c in ran.items():
         acc = _acc(c)
@@ -125,14 +133,18 @@ def late_in_recurrent(cells) -> Claim:
     got, lists = _split(counted)
     beside = {k: v for k, v in per.items() if k.split("/")[0] in BESIDE_ARCHS}
     if not got:
-        return claim(cid, st, False, reason="no Mamba / LSTM cell on parity/s3 is above chance", **lists,
+        return claim(cid, st, False, judgement=precondition_failed("no Mamba / LSTM cell on parity/s3 is above "
+                     "chance" + _chance_text(lists)),
+                     reason="no Mamba / LSTM cell on parity/s3 is above chance", **lists,
                      cells={k: per[k] for k in counted}, beside=beside)
     late = {k: per[k]["late"] for k in got}
     text = "; ".join(f"{k}{' (partial)' if per[k]['partial'] else ''}: largest jump enters layer "
                      f"{per[k]['largest_jump_enters']} of {cells_n(got[k])} (probe by layer {_p(per[k]['probe_accuracy'])})"
                      for k in got)
     text += "; beside: " + "; ".join(f"{k}: enters layer {v['largest_jump_enters']}" for k, v in beside.items())
-    return claim(cid, st, all(late.values()), measured=text + _chance_text(lists),
+    early = [f"{k}: largest jump enters layer {per[k]['largest_jump_enters']} of {cells_n(got[k])}"
+             for k in got if not late[k]]
+    return claim(cid, st, all(late.values()), judgement=_all_or_contradicted(early), measured=text + _chance_text(lists),
                  n_cells=len(late), n_late=sum(late.values()),
                  not_reproduced={k: per[k] for k in got if not late[k]},
                  cells={k: per[k] for k in got}, beside=beside, **lists,
@@ -146,7 +158,8 @@ def gradual_in_transformer(cells, max_share: float = 0.6, min_gain: float = 0.1)
     ran = {f"transformer/{t}": cells[("transformer", t)] for t in PREFIX
            if "probes" in cells.get(("transformer", t), {})}
     if not ran:
-        return claim(cid, st, None, reason="transformer not run on parity/s3")
+        return claim(cid, st, None, judgement=not_run("transformer not run on parity/s3"),
+                     reason="transformer not run on parity/s3")
     got, lists = _split(ran)
     if not got:
         return _none_counted(cid, st, lists)
@@ -159,7 +172,10 @@ def gradual_in_transformer(cells, max_share: float = 0.6, min_gain: float = 0.1)
                    "gradual": gain >= min_gain and step <= max_share * gain}
     text = "; ".join(f"{k}{' (partial)' if _partial(got[k]) else ''}: gain {r['gain']:.3f}, largest block step "
                      f"{r['max_step']:.3f} (blocks {_p(r['block_probe_accuracy'])})" for k, r in rows.items())
-    return claim(cid, st, all(r["gradual"] for r in rows.values()), measured=text + _chance_text(lists),
+    abrupt = [f"{k}: gain {r['gain']:.3f}, largest block step {r['max_step']:.3f}" for k, r in rows.items()
+              if not r["gradual"]]
+    return claim(cid, st, all(r["gradual"] for r in rows.values()), judgement=_all_or_contradicted(abrupt),
+                 measured=text + _chance_text(lists),
                  cells=rows, **lists)
 
 
@@ -168,12 +184,14 @@ def dyck_early(cells) -> Claim:
     cid = "dyck_early_in_transformer"
     c = cells.get(("transformer", "dyck"))
     if c is None or "probes" not in c:
-        return claim(cid, st, None, reason="transformer not run on dyck")
+        return claim(cid, st, None, judgement=not_run("transformer not run on dyck"),
+                     reason="transformer not run on dyck")
     got, lists = _split({"transformer/dyck": c})
     if not got:
         return _none_counted(cid, st, lists)
     b = best_block(c)
-    return claim(cid, st, b <= c["n_layers"] // 2, measured=f"best block {b} of {c['n_layers']} (blocks "
+    late = [] if b <= c["n_layers"] // 2 else [f"best block {b} of {c['n_layers']}"]
+    return claim(cid, st, b <= c["n_layers"] // 2, judgement=_all_or_contradicted(late), measured=f"best block {b} of {c['n_layers']} (blocks "
                  f"{_p(_blocks(c))})", best_block=b, n_layers=c["n_layers"],
                  block_probe_accuracy=_blocks(c).tolist(), **lists)
 
@@ -197,12 +215,15 @@ def s3_with_parity(cells) -> Claim:
         s3, par, dy = (_norm(_blocks(cs[t])) for t in ("s3", "parity", "dyck"))
         per[a] = {"d_parity": float(np.abs(s3 - par).mean()), "d_dyck": float(np.abs(s3 - dy).mean())}
     if not ran:
-        return claim(cid, st, None, reason="no architecture ran s3, parity and dyck")
+        return claim(cid, st, None, judgement=not_run("no architecture ran s3, parity and dyck"),
+                     reason="no architecture ran s3, parity and dyck")
     if not per:
         return _none_counted(cid, st, lists)
     closer = [a for a, d in per.items() if d["d_parity"] < d["d_dyck"]]
     text = "; ".join(f"{a}: to parity {d['d_parity']:.2f}, to dyck {d['d_dyck']:.2f}" for a, d in per.items())
-    return claim(cid, st, len(closer) > len(per) / 2, measured=text + _chance_text(lists),
+    held = len(closer) > len(per) / 2
+    return claim(cid, st, held, judgement=REPRODUCED if held else contradicted(
+                     f"{len(closer)} of {len(per)} architectures closer to parity"), measured=text + _chance_text(lists),
                  archs_closer_to_parity=closer, n_archs=len(per),
                  distances=per, **lists)
 
@@ -219,7 +240,7 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
     cid = "probe_direction_ablation_drops_accuracy"
     ran = {f"{a}/{t}": c for (a, t), c in cells.items() if "ablation" in c}
     if not ran:
-        return claim(cid, st, None, reason="no ablation was run")
+        return claim(cid, st, None, judgement=not_run("no ablation was run"), reason="no ablation was run")
     got, lists = _split(ran)
     if not got:
         return _none_counted(cid, st, lists)
@@ -241,11 +262,21 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
     ood_rows = [r for r in per.values() if "unseen" in r]
     n_ood = sum(r["unseen"]["wins"] for r in ood_rows)
     holds = n_train > len(per) / 2 and bool(ood_rows) and n_ood > len(ood_rows) / 2
+    if holds:
+        verdict = REPRODUCED
+    elif not n_train > len(per) / 2:
+        verdict = contradicted(f"probe subspace beats random in {n_train} of {len(per)} cells at the training length")
+    elif not ood_rows:
+        verdict = precondition_failed(f"no cell above chance at lengths >= {ood_min_len}")
+    else:
+        verdict = contradicted(f"probe subspace beats random in {n_ood} of {len(ood_rows)} cells at lengths "
+                               f">= {ood_min_len}")
     text = "drop probe subspace / random subspace (train length; lengths >= %d): " % ood_min_len + "; ".join(
         f"{k} {r['train']['probe_subspace']:.2f}/{r['train']['random_subspace']:.2f}"
         + (f", {r['unseen']['probe_subspace']:.2f}/{r['unseen']['random_subspace']:.2f}" if "unseen" in r else "")
         for k, r in per.items())
-    return claim(cid, st, holds, measured=text + _chance_text(lists), n_cells=len(per), n_wins_train_len=n_train, n_cells_unseen=len(ood_rows),
+    return claim(cid, st, holds, judgement=verdict, measured=text + _chance_text(lists), n_cells=len(per),
+                 n_wins_train_len=n_train, n_cells_unseen=len(ood_rows),
                  n_wins_unseen=n_ood, at_chance_at_unseen_lengths=sorted(at_chance_ood), cells=per, **lists)
 
 
@@ -267,7 +298,7 @@ def readability_causality(cells, margin: float = CAUSAL_MARGIN) -> Claim:
     cid = "readability_vs_causality_split"
     ran = {f"{a}/{t}": c for (a, t), c in cells.items() if "layer_ablation_drop" in c and "layer_random_drop" in c}
     if not ran:
-        return claim(cid, st, None, reason="no cell was analysed")
+        return claim(cid, st, None, judgement=not_run("no cell was analysed"), reason="no cell was analysed")
     got, lists = _split(ran)
     if not got:
         return _none_counted(cid, st, lists)
@@ -283,11 +314,16 @@ def readability_causality(cells, margin: float = CAUSAL_MARGIN) -> Claim:
     with_causal = {k: r for k, r in per.items() if r["causal_block"] is not None}
     split = sorted(k for k, r in with_causal.items() if r["readable_block"] != r["causal_block"])
     if not with_causal:
-        return claim(cid, st, False, reason=f"no block's ablation drop clears its random control by {margin}",
+        return claim(cid, st, False, judgement=precondition_failed(f"no cell has a causal block (no block's ablation "
+                     f"drop clears its random control by {margin})"),
+                     reason=f"no block's ablation drop clears its random control by {margin}",
                      no_causal_block=sorted(no_causal), cells=per, **lists)
     text = "; ".join(f"{k}: readable block {r['readable_block']}, causal block {r['causal_block']}"
                      for k, r in with_causal.items()) + "; no causal block: " + ", ".join(sorted(no_causal))
-    return claim(cid, st, len(split) > len(with_causal) / 2, measured=text + _chance_text(lists),
+    held = len(split) > len(with_causal) / 2
+    return claim(cid, st, held, judgement=REPRODUCED if held else contradicted(
+                     f"readable and causal block differ in {len(split)} of {len(with_causal)} cells"),
+                 measured=text + _chance_text(lists),
                  n_cells=len(with_causal), n_split=len(split),
                  split=split, no_causal_block=sorted(no_causal), cells=per, **lists)
 
@@ -321,14 +357,34 @@ def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS) -> Claim:
                       acc_without=[float(np.mean(list(conv_runs[("mamba-noconv", t, s)]["acc_by_len"].values())))
                                    for s in s_both])
     if len(per) < 3:
-        return claim(cid, st, None, reason=f"Mamba with and without Conv1D needs >= {min_seeds} seeds on parity, s3 "
+        return claim(cid, st, None, judgement=not_run(f"fewer than {min_seeds} seeds with and without Conv1D"),
+                     reason=f"Mamba with and without Conv1D needs >= {min_seeds} seeds on parity, s3 "
                      "and dyck", seeds=seeds)
     holds = per["parity"]["lo"] > 0 and per["s3"]["lo"] > 0 and per["dyck"]["lo"] <= 0 <= per["dyck"]["hi"]
     text = "; ".join(f"{t}: drop {v['mean']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}] (accuracy with {np.mean(v['acc_with']):.3f}"
                      f", without {np.mean(v['acc_without']):.3f})" for t, v in per.items())
-    return claim(cid, st, holds, measured=text, **{f"{t}_drop": v for t, v in per.items()},
+    parts = [_conv_prefix_verdict(t, per[t], [conv_runs[("mamba", t, s)] for s in seeds[t]]) for t in PREFIX]
+    dy = per["dyck"]
+    parts.append(REPRODUCED if dy["lo"] <= 0 <= dy["hi"] else
+                 contradicted(f"dyck drop [{dy['lo']:.3g}, {dy['hi']:.3g}] excludes 0"))
+    return claim(cid, st, holds, judgement=combine(parts), measured=text, **{f"{t}_drop": v for t, v in per.items()},
                  note="compares task accuracy itself (any accuracy, also at chance); acc_with / acc_without are "
                       "the mean accuracies over lengths per seed")
+
+
+def _all_or_contradicted(failures: list[str]) -> Judgement:
+    """Reproduced when no counted cell fails, else contradicted (the cells are above chance: the profile the
+    claim names is absent while its precondition holds)."""
+    return contradicted("; ".join(failures)) if failures else REPRODUCED
+
+
+def _conv_prefix_verdict(task: str, drop: dict, with_runs: list[dict]) -> Judgement:
+    """The drop's interval decides (above 0: reproduced), unless Mamba with Conv1D is at chance on ``task`` in
+    every seed (nothing to lose): then inconclusive / precondition."""
+    j = verdict_from_interval(drop["lo"], drop["hi"], +1, what=f"{task} drop")
+    if j.verdict != "reproduced" and not any(r.get("above_chance", True) for r in with_runs):
+        return precondition_failed(f"Mamba with Conv1D at chance on {task} in every seed")
+    return j
 
 
 def all_claims(cells, conv_runs=None) -> list[Claim]:
