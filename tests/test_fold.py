@@ -102,7 +102,9 @@ def test_fold_ln_and_norm_scales_on_other_families(make):
     with torch.no_grad():
         assert (fold.fold_ln(model)(x) - model(x)).abs().max() < 1e-10
     scales = fold.norm_scales(model, x)
-    assert "ln_final" in scales and all(s > 0 for s in scales.values())
+    _, c = model.run_with_cache(x, [f"blocks.{len(model.blocks) - 1}.resid_post"])
+    want = float(norm_scale(model.ln_final, c[f"blocks.{len(model.blocks) - 1}.resid_post"]).mean())
+    assert abs(scales["ln_final"] - want) <= 1e-12 * want  # the final norm's mean scale on x
     frozen, linear = fold.freeze_norm_scales(model, scales), fold.fold_ln_frozen_scale(model, scales)
     with torch.no_grad():
         assert (frozen(x) - linear(x)).abs().max() < 1e-10

@@ -34,7 +34,7 @@ The accuracy and gain measures only run the model forward (any family of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 
@@ -42,8 +42,6 @@ from dlmlab.analysis.heads import attention_to, diagonal_scores, model_device, r
 from dlmlab.analysis.requires import require_attention
 from dlmlab.objectives.mdlm import log_probs_no_mask
 
-Direction = Literal["forward", "reverse"]
-Context = Literal["left", "right", "both"]
 DIRECTIONS: tuple[str, ...] = ("forward", "reverse")
 CONTEXTS: tuple[str, ...] = ("left", "right", "both")
 ALL_CONTEXTS: tuple[str, ...] = CONTEXTS + ("neither",)
