@@ -26,7 +26,7 @@ def test_prompted_samples_as_text_and_jsonl(run_dir, tmp_path, capsys):
                  "--batch-size", "2", "--threshold", "0.5", "--block-len", "4", "--cache", "prefix",
                  "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("--- sample") == 3
+    assert printed.count("--- sample") == 3 == printed.count("(approximate: cache prefix) ---")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in rows] == [0, 1, 2]
     for r in rows:

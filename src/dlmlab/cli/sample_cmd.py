@@ -178,8 +178,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "jsonl":
         print("\n".join(lines))
     else:
-        for r in rows:
-            print(f"--- sample {r['index']} ---")
+        for r in rows:  # an approximate cache says so on every sample
+            label = f" (approximate: cache {r['cache']})" if r.get("exactness") == "approximate" else ""
+            print(f"--- sample {r['index']}{label} ---")
             print(r["full"])
     return 0
 

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:  # replace() checks the changed config again
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=args.steps))
     with outdir.locked(args.out, "dlmlab train"), outdir.write_errors(args.out):
-        if not args.no_resume:
+        if args.steps is not None and not args.no_resume:  # (a config file with other steps stays an error)
             extend_run(Path(args.out), cfg)
         result = run_training(cfg, args.out, resume=not args.no_resume)
     if init_from_env().is_main:
