@@ -12,7 +12,7 @@ from dlmlab import outdir
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.training.checkpoint import latest_checkpoint
-from dlmlab.training.distributed import init_from_env
+from dlmlab.training.distributed import init_from_env, is_main_process
 from dlmlab.training.lm import RunConfig, config_differences, load_run_config, run_config_dict, run_training
 
 
@@ -84,17 +84,20 @@ def extend_run(out: Path, cfg: RunConfig) -> bool:
     if total < trained:
         raise UserError(f"{out} has trained {trained} steps (its latest checkpoint); --steps {total} is fewer: "
                         f"give --steps above {trained} to extend it, or --no-resume to start over")
-    ctx = init_from_env()
-    if ctx.is_main:
-        atomic_write_text(cfg_path, strict_json(new, indent=1))
+    # Under torchrun every rank writes the same file (atomically, each through its own temp file) before
+    # reading it again in run_training, so no rank can see the old step count there, and no barrier is needed.
+    atomic_write_text(cfg_path, strict_json(new, indent=1))
+    if is_main_process():
         print(f"extending the run in {out}: from its checkpoint at step {trained} to {total} steps "
               f"(train.steps was {old.get('train', {}).get('steps')})", file=sys.stderr)
-    ctx.barrier()
     return True
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config)
+    from dlmlab.cli.train_model import as_factory_builds  # the model build_model makes of the section
+
+    cfg = as_factory_builds(cfg, args.config, args.out, resume=not args.no_resume)
     if args.steps is not None:  # replace() checks the changed config again
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=args.steps))
     with outdir.locked(args.out, "dlmlab train"), outdir.write_errors(args.out):
