@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dlmlab import studies
 from dlmlab.report import StudyResult, Table, claim, write_study
+from dlmlab.report.claims import Judgement
 from dlmlab.report.figures import new_figure, save_figure
 
 PKG = "fake_dlmlab_studies"
@@ -15,14 +16,16 @@ PKG = "fake_dlmlab_studies"
 
 def make_result(name: str, preset: str, out: Path, holds=(True, False), scale: float = 1.0,
                 figures: int = 2) -> StudyResult:
-    """A StudyResult with real PNG figures (written under ``out/figures``), a table and claims."""
+    """A StudyResult with real PNG figures (written under ``out/figures``), a table and claims; ``holds``: per
+    claim True / False / None (a verdict from holds alone) or a :class:`Judgement`."""
     figs = []
     for i in range(figures):
         fig, ax = new_figure(width=3.0, height=2.2)
         ax[0, 0].plot([0, 1, 2], [scale, 2 * scale + i, 1.5 * scale])
         ax[0, 0].set_title(f"{name} fig {i}")
         figs.append(save_figure(fig, out, f"fig{i}", f"{name} <figure> {i} & caption"))
-    claims = [claim(f"{name}_claim_{i}", f"{name} statement {i} (a < b & c)", h, gap=0.1 * (i + 1) * scale,
+    claims = [claim(f"{name}_claim_{i}", f"{name} statement {i} (a < b & c)", _holds(h),
+                    judgement=h if isinstance(h, Judgement) else None, gap=0.1 * (i + 1) * scale,
                     per_seed=[1, 2, 3], n=3) for i, h in enumerate(holds)]
     return StudyResult(
         study=name, preset=preset, config={"steps": 10, "name": name},
@@ -31,6 +34,13 @@ def make_result(name: str, preset: str, out: Path, holds=(True, False), scale: f
                       [["ar", 1.25 * scale, 0.5], ["mdlm", 2.5, 0.25 * scale]], note="lower loss is better")],
         figures=figs, claims=claims, wall_time_s=0.01, setup=f"Setup of {name}: trained <nothing> on fake data.",
     )
+
+
+def _holds(h):
+    """``holds`` of a claim given as a bool / None, or as a Judgement (None only when not run)."""
+    if not isinstance(h, Judgement):
+        return h
+    return True if h.verdict == "reproduced" else None if h.reason == "not_run" else False
 
 
 def make_study(name: str, calls: list | None = None, crash: Exception | None = None, holds=(True, False),

@@ -24,9 +24,13 @@ def test_runs_every_study_and_reuses_finished_ones(tmp_path, monkeypatch, capsys
     assert [s["status"] for s in man["studies"].values()] == ["ran"] * 3
     assert all(s["wall_time_s"] > 0 for s in man["studies"].values())
     assert man["studies"]["a"]["claims_hold"] == 1 and man["studies"]["a"]["claims_total"] == 2
+    assert man["studies"]["a"]["claims_verdicts"] == {"reproduced": 1, "contradicted": 0, "inconclusive": 1,
+                                                      "unjudged": 1}
     assert "torch" in man["environment"] and "cpu_count" in man["environment"]
     table = capsys.readouterr().out
-    assert "claims holding" in table and "1 / 2" in table and "ran" in table
+    assert "claims" in table and "2: 1 reproduced, 0 contradicted, 1 inconclusive (1 unjudged)" in table
+    assert "6: 3 reproduced, 0 contradicted, 3 inconclusive (3 unjudged)" in table.splitlines()[-1]  # total row
+    assert "ran" in table
 
     walls = {n: s["wall_time_s"] for n, s in man["studies"].items()}
     calls.clear()
@@ -146,11 +150,17 @@ def test_progress_bar_over_studies(tmp_path, monkeypatch, capsys):
 def test_summary_table_formats():
     from dlmlab.studies.all import StudyRun
 
-    t = summary_table([StudyRun("x", status="ran", wall_time_s=125.0, claims_hold=2, claims_total=5),
-                       StudyRun("y", status="missing")])
+    counts = {"reproduced": 2, "contradicted": 1, "inconclusive": 2, "underpowered": 1, "precondition": 1}
+    t = summary_table([StudyRun("x", status="ran", wall_time_s=125.0, claims_hold=2, claims_total=5,
+                                claims_verdicts=counts),
+                       StudyRun("y", status="missing"),
+                       StudyRun("z", status="reused", claims_hold=1, claims_total=3)])  # an older manifest's row
     lines = t.splitlines()
-    assert lines[0].split() == ["study", "status", "wall", "time", "claims", "holding"]
-    assert "2m 05s" in t and "2 / 5" in t and "missing" in t and lines[-1].startswith("total")
+    assert lines[0].split() == ["study", "status", "wall", "time", "claims"]
+    assert "2m 05s" in t and "missing" in t and lines[-1].startswith("total")
+    assert "5: 2 reproduced, 1 contradicted, 2 inconclusive (1 underpowered, 1 precondition)" in lines[2]
+    assert "1 / 3 hold" in t
+    assert lines[-1].endswith("5: 2 reproduced, 1 contradicted, 2 inconclusive (1 underpowered, 1 precondition)")
 
 
 def test_finished_results_are_reused_even_if_the_module_is_gone(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from browser_util import browser, console_errors  # noqa: F401
+from dlmlab.report.claims import REPRODUCED, contradicted, precondition_failed, underpowered
 from dlmlab.report.html import fmt_duration, num, render_report
 from dlmlab.studies.all import StudiesFailed, run_all
 from fake_studies import install, make_study
@@ -17,7 +18,9 @@ def report(tmp_path_factory):
     """An `all` run with two finished studies, one crashed and one missing."""
     mp = pytest.MonkeyPatch()
     out = tmp_path_factory.mktemp("all")
-    install(mp, {"alpha": make_study("alpha", holds=(True, False, None)), "beta": make_study("beta", holds=(True,)),
+    alpha = (REPRODUCED, contradicted("gap [-0.5, -0.2] below 0"), underpowered("gap [-0.1, 0.3] spans 0"),
+             precondition_failed("accuracy <at> chance"), None)
+    install(mp, {"alpha": make_study("alpha", holds=alpha), "beta": make_study("beta", holds=(True, False)),
                  "crashy": make_study("crashy", crash=ZeroDivisionError("division <by> zero")), "gone": None})
     with pytest.raises(StudiesFailed) as ei:
         run_all("smoke", out, progress=False)
@@ -35,10 +38,21 @@ def test_report_content(report):
     assert not re.search(r'(src|href)="(https?:)?//', html)
     assert "<script" not in html and "@import" not in html and "url(" not in html
     # claims tables: statement, verdict and measured evidence, escaped
-    assert html.count('<tr id="claim-') == 4
+    assert html.count('<tr id="claim-') == 7
     assert "alpha statement 0 (a &lt; b &amp; c)" in html
-    assert html.count('"badge fails">does not hold<') == 1 and html.count('"badge na">n/a<') == 1
-    assert html.count('"badge holds">holds<') == 2
+    assert html.count('"badge reproduced">reproduced<') == 2 and html.count('"badge contradicted">contradicted<') == 1
+    assert html.count('"badge inconclusive">inconclusive (underpowered)<') == 1
+    assert html.count('"badge inconclusive">inconclusive (precondition)<') == 1
+    assert html.count('"badge inconclusive">inconclusive (not run)<') == 1
+    assert html.count('"badge inconclusive">inconclusive (unjudged)<') == 1  # beta's bare holds=False
+    assert '<span class="verdict-detail">gap [-0.1, 0.3] spans 0</span>' in html
+    assert "accuracy &lt;at&gt; chance" in html and "does not hold" not in html
+    # each study's heading and the summary count every verdict and reason
+    assert "Claims (5: 1 reproduced, 1 contradicted, 3 inconclusive (1 underpowered, 1 precondition, 1 not run))" \
+        in html
+    assert "<td>2: 1 reproduced, 0 contradicted, 1 inconclusive (1 unjudged)</td>" in html
+    assert "<th>7: 2 reproduced, 1 contradicted, 4 inconclusive (1 underpowered, 1 precondition, 1 not run, " \
+           "1 unjudged)</th>" in html
     assert '<span class="k">gap</span> = 0.1<' in html and "[1, 2, 3]" in html
     # setup, results tables, config, captions, escaped
     assert "Setup of alpha: trained &lt;nothing&gt; on fake data." in html
@@ -114,7 +128,13 @@ def test_report_renders_in_chromium(report, browser):  # noqa: F811
     assert n_img == 4
     widths = page.eval_on_selector_all("img", "els => els.map(e => e.complete ? e.naturalWidth : -1)")
     assert all(w > 0 for w in widths), widths
-    assert page.locator("table.claims tbody tr").count() == 4
+    assert page.locator("table.claims tbody tr").count() == 7
+    badge = page.locator("#claim-alpha_claim_2 .badge")
+    assert badge.inner_text() == "inconclusive (underpowered)" and badge.is_visible()
+    colors = {v: page.locator(f".badge.{v}").first.evaluate("e => getComputedStyle(e).backgroundColor")
+              for v in ("reproduced", "contradicted", "inconclusive")}
+    assert len(set(colors.values())) == 3, colors  # three verdicts, three colours
+    assert page.locator("#claim-alpha_claim_3 .verdict-detail").inner_text() == "accuracy <at> chance"
     assert page.locator("section").count() == 5  # 4 studies + environment
     assert page.locator("h2", has_text="Fake study alpha").is_visible()
     external = [u for u in requests if not u.startswith(("file:", "data:"))]
@@ -144,3 +164,17 @@ def test_real_studies_smoke_end_to_end(tmp_path, browser):  # noqa: F811
     assert page.locator("table.claims tbody tr").count() == sum(s["claims_total"] for s in man["studies"].values())
     assert errors == []
     page.close()
+
+
+def test_results_written_before_verdicts_still_render():
+    """A results.json claim with only ``holds`` (older runs): holds -> reproduced, None -> not run, False ->
+    inconclusive (unjudged), never a guessed contradiction."""
+    from dlmlab.report.html import claims_html, claims_text
+
+    html = claims_html([{"id": "a", "statement": "s", "holds": True, "evidence": {}},
+                        {"id": "b", "statement": "s", "holds": False, "evidence": {}},
+                        {"id": "c", "statement": "s", "holds": None, "evidence": {}}])
+    assert '"badge reproduced">reproduced<' in html and '"badge inconclusive">inconclusive (unjudged)<' in html
+    assert '"badge inconclusive">inconclusive (not run)<' in html and "contradicted" not in html
+    assert claims_text({"claims_hold": 2, "claims_total": 5}) == "2 / 5 hold"  # an older manifest
+    assert claims_text({"claims_total": None}) == "-"

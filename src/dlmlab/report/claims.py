@@ -121,7 +121,7 @@ def legacy_judgement(holds: bool | None) -> Judgement:
         return REPRODUCED
     if holds is None:
         return not_run()
-    return Judgement("inconclusive", "unjudged", "made without a verdict (only 'does not hold' is known)")
+    return Judgement("inconclusive", "unjudged", "no verdict recorded (holds = false only)")
 
 
 @dataclass

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.files import atomic_write_text
+from dlmlab.report.claims import count_verdicts, judgement_of, verdict_summary
 from dlmlab.report.results import fmt, load_results
 
 CSS = """
 :root { --fg:#1d2430; --muted:#5b6577; --line:#d9dee7; --bg:#ffffff; --soft:#f5f7fa;
-        --ok:#1a7f37; --okbg:#dafbe1; --bad:#b42318; --badbg:#fee4e2; --na:#5b6577; --nabg:#eef1f5; }
+        --ok:#1a7f37; --okbg:#dafbe1; --bad:#b42318; --badbg:#fee4e2; --na:#5b6577; --nabg:#eef1f5;
+        --warn:#8a5a00; --warnbg:#fff4d6; }
 * { box-sizing: border-box; }
 body { margin:0; font: 15px/1.55 -apple-system, BlinkMacSystemFont, "Segoe UI", Roboto, "Helvetica Neue",
        Arial, sans-serif; color:var(--fg); background:var(--bg); }
@@ -40,9 +42,11 @@ th.num, td.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .note { color: var(--muted); font-size: 0.85rem; margin-top: -0.6em; }
 .badge { display: inline-block; padding: 1px 9px; border-radius: 999px; font-size: 0.8rem; font-weight: 600;
          white-space: nowrap; }
-.holds, .ran, .reused { color: var(--ok); background: var(--okbg); }
-.fails, .failed, .missing, .interrupted { color: var(--bad); background: var(--badbg); }
+.holds, .reproduced, .ran, .reused { color: var(--ok); background: var(--okbg); }
+.fails, .contradicted, .failed, .missing, .interrupted { color: var(--bad); background: var(--badbg); }
+.inconclusive { color: var(--warn); background: var(--warnbg); }
 .na, .pending, .running { color: var(--na); background: var(--nabg); }
+.verdict-detail { display: block; color: var(--muted); font-size: 0.82rem; margin-top: 3px; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.84rem; }
 code { background: var(--soft); padding: 0 4px; border-radius: 4px; }
 pre { background: var(--soft); padding: 10px 12px; border-radius: 6px; overflow-x: auto; max-height: 420px; }
@@ -71,10 +75,34 @@ def _badge(status: str, text: str | None = None) -> str:
     return f'<span class="badge {esc(status)}">{esc(text or status)}</span>'
 
 
-def _holds_badge(holds: bool | None) -> str:
-    if holds is None:
-        return _badge("na", "n/a")
-    return _badge("holds", "holds") if holds else _badge("fails", "does not hold")
+def verdict_html(c: dict) -> str:
+    """The claim's verdict as a badge (``reproduced`` / ``contradicted`` / ``inconclusive (reason)``), its detail
+    under it; a results.json written before verdicts: from ``holds`` (``does not hold`` stays unjudged)."""
+    j = judgement_of(c)
+    out = _badge(j.verdict, j.label())
+    return out + (f'<span class="verdict-detail">{esc(j.detail)}</span>' if j.detail else "")
+
+
+def claims_text(m: dict) -> str:
+    """A manifest row's claims: ``6: 4 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)``; ``-``
+    when unknown; ``2 / 5 hold`` for a manifest written before verdicts."""
+    if m.get("claims_total") is None:
+        return "-"
+    if m.get("claims_verdicts") is None:
+        return f"{m.get('claims_hold')} / {m['claims_total']} hold"
+    return f"{m['claims_total']}: {verdict_summary(m['claims_verdicts'])}"
+
+
+def total_claims_text(studies) -> str:
+    """The claims of every study (manifest rows), verdict counts summed; "" when no row has them."""
+    rows = [s for s in studies if s.get("claims_verdicts") is not None and s.get("claims_total") is not None]
+    if not rows:
+        return ""
+    counts: dict[str, int] = {}
+    for s in rows:
+        for k, v in s["claims_verdicts"].items():
+            counts[k] = counts.get(k, 0) + v
+    return f"{sum(s['claims_total'] for s in rows)}: {verdict_summary(counts)}"
 
 
 def _round(v: Any) -> Any:
@@ -149,10 +177,10 @@ def claims_html(claims: list[dict]) -> str:
         items = "".join(f'<li><span class="k">{esc(k)}</span> = {_value(v)}</li>' for k, v in ev.items())
         rows.append(
             f'<tr id="claim-{esc(c.get("id", ""))}"><td><code>{esc(c.get("id", ""))}</code></td>'
-            f'<td>{esc(c.get("statement", ""))}</td><td>{_holds_badge(c.get("holds"))}</td>'
+            f'<td>{esc(c.get("statement", ""))}</td><td>{verdict_html(c)}</td>'
             f'<td><ul class="evidence">{items}</ul></td></tr>'
         )
-    return ('<table class="claims"><thead><tr><th>claim</th><th>statement</th><th>holds</th>'
+    return ('<table class="claims"><thead><tr><th>claim</th><th>statement</th><th>verdict</th>'
             f'<th>measured evidence</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
@@ -219,8 +247,7 @@ def study_section(name: str, meta: dict, study_dir: Path) -> str:
     if res.get("setup"):
         parts.append(f'<h3>Setup</h3><div class="setup">{esc(res["setup"])}</div>')
     claims = res.get("claims") or []
-    n_hold = sum(1 for c in claims if c.get("holds") is True)
-    parts.append(f"<h3>Claims ({n_hold} of {len(claims)} hold)</h3>")
+    parts.append(f"<h3>Claims ({len(claims)}: {esc(verdict_summary(count_verdicts(claims)))})</h3>")
     parts.append(claims_html(claims))
     if res.get("figures"):
         parts.append('<h3>Figures</h3><div class="figures">')
@@ -249,16 +276,16 @@ def _safe_section(name: str, meta: dict, study_dir: Path) -> str:
 def _summary(studies: dict) -> str:
     rows = []
     for name, m in studies.items():
-        hold, total = m.get("claims_hold"), m.get("claims_total")
-        claims = "-" if total is None else f"{hold} / {total}"
+        claims = claims_text(m)
         rows.append(f'<tr><td><a href="#study-{esc(name)}">{esc(m.get("title") or name)}</a></td>'
                     f"<td>{_badge(m.get('status', 'pending'))}</td>"
                     f'<td class="num">{esc(fmt_duration(m.get("wall_time_s")))}</td>'
-                    f'<td class="num">{esc(claims)}</td></tr>')
+                    f'<td>{esc(claims)}</td></tr>')
     total = sum(m.get("wall_time_s") or 0.0 for m in studies.values())
-    rows.append(f'<tr><th>total</th><th></th><th class="num">{esc(fmt_duration(total))}</th><th></th></tr>')
+    rows.append(f'<tr><th>total</th><th></th><th class="num">{esc(fmt_duration(total))}</th>'
+                f'<th>{esc(total_claims_text(studies.values()))}</th></tr>')
     return ('<table class="summary"><thead><tr><th>study</th><th>status</th><th>wall time</th>'
-            f'<th>claims holding</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+            f'<th>claims</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 def _environment(env: dict) -> str:
@@ -279,7 +306,11 @@ def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction 
         "<h3>Summary</h3>",
         _summary(studies),
         '<p class="muted">A claim is a statement checked against this run\'s measurements; it is reported '
-        "as it came out, whether or not it holds at this scale.</p>",
+        "as it came out: <b>reproduced</b> (it beats its control; an interval excludes 0 on the study's side), "
+        "<b>contradicted</b> (an interval excludes 0 on the other side, or the mechanism is absent while its "
+        "preconditions hold) or <b>inconclusive</b> with a reason: <i>underpowered</i> (the interval spans 0), "
+        "<i>precondition</i> (the model never learned the task the claim is about), <i>not run</i> (this preset "
+        "did not run what the claim needs).</p>",
     ]
     body += [_safe_section(n, m, out / n) for n, m in studies.items()]
     body.append('<section id="environment"><h2>Environment</h2>')

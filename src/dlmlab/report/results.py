@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.report.claims import Claim
+from dlmlab.report.claims import Claim, Judgement, count_verdicts, verdict_summary
 from dlmlab.training.distributed import is_main_process
 
 
@@ -114,15 +114,25 @@ def markdown_table(t: Table) -> str:
     return "\n".join(lines)
 
 
+def verdict_markdown(j: Judgement) -> str:
+    """``**reproduced**``, ``contradicted: detail``, ``inconclusive (underpowered): detail`` (pipes escaped)."""
+    text = f"**{j.label()}**" if j.verdict == "reproduced" else j.label()
+    if j.detail:
+        text += f": {j.detail}"
+    return text.replace("|", "\\|")
+
+
 def render_markdown(res: StudyResult, title: str) -> str:
     parts = [f"# {title}", "", f"Preset: `{res.preset}` - wall time {res.wall_time_s:.0f} s", ""]
     if res.setup:
         parts += ["## Setup", "", res.setup, ""]
-    parts += ["## Claims", "", "| claim | statement | holds | evidence |", "|---|---|---|---|"]
+    parts += ["## Claims", ""]
+    if res.claims:
+        parts += [verdict_summary(count_verdicts(res.claims)) + ".", ""]
+    parts += ["| claim | statement | verdict | evidence |", "|---|---|---|---|"]
     for c in res.claims:
         ev = "; ".join(f"{k}={fmt(v)}" for k, v in c.evidence.items() if not isinstance(v, (dict, list)))
-        holds = "n/a" if c.holds is None else ("**holds**" if c.holds else "does not hold")
-        parts.append(f"| `{c.id}` | {c.statement} | {holds} | {ev} |")
+        parts.append(f"| `{c.id}` | {c.statement} | {verdict_markdown(c.judgement)} | {ev} |")
     parts.append("")
     if res.tables:
         parts += ["## Results", ""]

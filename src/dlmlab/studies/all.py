@@ -7,7 +7,8 @@ that raises is recorded with its traceback (``OUT/<study>/error.txt``), the othe
 :class:`StudiesFailed` is raised at the end (after the report is written).
 
 ``OUT/run_all.json`` (the manifest) records per study: status (``ran``, ``reused``, ``missing``,
-``failed``, ``interrupted``, ``pending``), wall time, error and claim counts, plus the environment.
+``failed``, ``interrupted``, ``pending``), wall time, error and claim counts (holding / total, and per verdict:
+reproduced, contradicted, inconclusive and each inconclusive reason), plus the environment.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from tqdm.auto import tqdm
 from dlmlab import outdir, studies
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.report.html import fmt_duration, write_report
+from dlmlab.report.claims import count_verdicts
+from dlmlab.report.html import claims_text, fmt_duration, total_claims_text, write_report
 from dlmlab.report.results import load_results
 from dlmlab.training.distributed import is_main_process, sync
 
@@ -59,6 +61,11 @@ class StudyRun:
     error: str = ""
     claims_hold: int | None = None
     claims_total: int | None = None
+    claims_verdicts: dict[str, int] | None = None  # see dlmlab.report.claims.count_verdicts
+
+    def claims_text(self) -> str:
+        """``6: 4 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)``; ``-`` when unknown."""
+        return claims_text(asdict(self))
 
 
 def _load_module(name: str):
@@ -93,9 +100,10 @@ def _finished(out: Path, name: str) -> dict | None:
         return None
 
 
-def _count_claims(res: dict) -> tuple[int, int]:
+def _count_claims(res: dict) -> tuple[int, int, dict[str, int]]:
+    """(holding, total, counts per verdict and reason) of a results.json's claims."""
     claims = res.get("claims") or []
-    return sum(1 for c in claims if c.get("holds") is True), len(claims)
+    return sum(1 for c in claims if c.get("holds") is True), len(claims), count_verdicts(claims)
 
 
 def _check_presets(out: Path, preset: str, names: list[str]) -> None:
@@ -156,13 +164,12 @@ def full_environment() -> dict:
 
 
 def summary_table(runs: list[StudyRun]) -> str:
-    """Plain-text table: study, status, wall time, claims holding / total."""
-    rows = [["study", "status", "wall time", "claims holding"]]
+    """Plain-text table: study, status, wall time, claims (total: counts per verdict)."""
+    rows = [["study", "status", "wall time", "claims"]]
     for r in runs:
-        claims = "-" if r.claims_total is None else f"{r.claims_hold} / {r.claims_total}"
-        rows.append([r.name, r.status, fmt_duration(r.wall_time_s), claims])
+        rows.append([r.name, r.status, fmt_duration(r.wall_time_s), r.claims_text()])
     total = sum(r.wall_time_s or 0.0 for r in runs)
-    rows.append(["total", "", fmt_duration(total), ""])
+    rows.append(["total", "", fmt_duration(total), total_claims_text(asdict(r) for r in runs)])
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -218,7 +225,7 @@ def _run_all(preset: str, out: Path, progress: bool) -> Path:
         res = _finished(out, name)
         if res is not None:  # finished earlier with this preset: reuse, never recompute
             run.status = "reused"
-            run.claims_hold, run.claims_total = _count_claims(res)
+            run.claims_hold, run.claims_total, run.claims_verdicts = _count_claims(res)
             prev = previous.get(name, {})
             measured = prev.get("wall_time_s") if prev.get("status") in ("ran", "reused") else None
             run.wall_time_s = measured if measured is not None else res.get("wall_time_s")
@@ -266,9 +273,8 @@ def _run_all(preset: str, out: Path, progress: bool) -> Path:
                 if res is None:
                     raise RuntimeError(f"study {r.name!r} returned without writing {sdir / 'results.json'}")
                 r.status = "ran"
-                r.claims_hold, r.claims_total = _count_claims(res)
-                log(f"[{r.name}] done in {fmt_duration(r.wall_time_s)}: "
-                    f"{r.claims_hold}/{r.claims_total} claims hold")
+                r.claims_hold, r.claims_total, r.claims_verdicts = _count_claims(res)
+                log(f"[{r.name}] done in {fmt_duration(r.wall_time_s)}: claims {r.claims_text()}")
                 if main:
                     (sdir / "error.txt").unlink(missing_ok=True)
             except Exception as e:
