@@ -15,12 +15,17 @@ chosen so its total parameter count is the closest to the reference's for the sa
 * mamba:  ``d_inner`` (expand = d_inner / d_model; d_state 16, d_conv 4)
 * mamba2: ``d_inner`` in multiples of ``headdim`` (32; d_state 64)
 * lstm / gru: ``hidden_size`` (embedding width stays ``d_model``)
+
+This module is the one place where omitted fields get their defaults and widths are matched:
+:func:`model_config` does both, :func:`build_model` builds what it returns, and ``dlmlab train``
+reads a YAML ``model`` section through :func:`section_config` (the same call), so a section and the
+same keywords to :func:`build_model` give the same model (same seed: same weights).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -91,12 +96,37 @@ def model_config(arch: str, *, vocab_size: int, n_out: int = 0, d_model: int = 1
     if unknown:
         raise ConfigError(f"unknown {arch} option {unknown[0]!r} (allowed: {', '.join(sorted(fields))})")
     base.update(overrides)
-    knob = _WIDTH_KNOB.get(arch)
-    if knob and match_params and not any(k in overrides for k in _WIDTH_ALIASES[arch]):
+    if match_params and matches_width(arch, overrides):
+        knob = _WIDTH_KNOB[arch]
         target = count_config_params("transformer", model_config(
             "transformer", vocab_size=vocab_size, n_out=n_out, d_model=d_model, n_layers=n_layers))
         base[knob] = _solve_width(arch, base, knob, target)
     return from_dict(cfg_cls, base)
+
+
+def matches_width(arch: str, fields: Mapping[str, Any]) -> bool:
+    """True when :func:`model_config` solves ``arch``'s width for these fields (none of them fixes it)."""
+    return arch in _WIDTH_KNOB and not any(k in fields for k in _WIDTH_ALIASES[arch])
+
+
+def section_config(section: Mapping[str, Any], vocab_size: int, where: str = "model"):
+    """The model config of a run config's ``model`` section *as written* (``family``, default transformer,
+    plus the fields given), for a model of ``vocab_size`` ids: ``model_config(family, vocab_size=vocab_size,
+    **fields)``, i.e. what ``build_model(family, vocab_size=vocab_size, **fields)`` builds (the factory's
+    defaults for omitted fields; the width matched unless given).  ``vocab_size`` 0 in the section
+    (from the tokenizer) is left out; ``cell`` of lstm / gru is the family.  Errors name ``where``."""
+    fields = dict(section)
+    family = fields.pop("family", "transformer")
+    if family in ("lstm", "gru") and fields.get("cell", family) == family:
+        fields.pop("cell", None)
+    if not fields.get("vocab_size"):
+        fields.pop("vocab_size", None)
+    else:
+        vocab_size = fields.pop("vocab_size")
+    try:
+        return model_config(family, vocab_size=vocab_size, **fields)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def build_model(arch: str, *, vocab_size: int, n_out: int = 0, d_model: int = 128, n_layers: int = 4,
@@ -163,4 +193,5 @@ def param_table(vocab_size: int, n_out: int = 0, d_model: int = 128, n_layers: i
     return rows
 
 
-__all__ = ["ARCHITECTURES", "build_model", "config_class", "model_config", "count_params", "count_config_params", "param_table"]
+__all__ = ["ARCHITECTURES", "build_model", "config_class", "model_config", "count_params", "count_config_params",
+           "matches_width", "param_table", "section_config"]
