@@ -117,12 +117,7 @@ def load_run(path: str | Path) -> Run:
     status, preset, walls = {}, None, {}
     manifest = path / "run_all.json"
     if manifest.exists():
-        try:
-            man = json.loads(manifest.read_text())
-        except json.JSONDecodeError as e:
-            raise UserError(f"{manifest}: line {e.lineno} column {e.colno} is not valid JSON ({e.msg})") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f"cannot read {manifest}: {e}") from None
+        man = _json_file(manifest)
         if not isinstance(man, dict):
             raise UserError(f"{manifest} is not a `reproduce all` manifest (expected a JSON object)")
         preset = man.get("preset")

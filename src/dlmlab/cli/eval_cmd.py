@@ -29,19 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", type=int, default=8, help="batches evaluated, not for `dlmlab train` runs (8)")
 
 
-def _hf_config(p: Path) -> bool:
-    """``p/config.json`` is a Hugging Face config (it names ``model_type`` or ``architectures``)."""
-    try:
-        data = json.loads((p / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
-
-
 def _is_train_run(path: Path) -> bool:
     """A ``dlmlab train`` run folder or one of its checkpoints (its run config is ``config.json``)."""
     run = path.parent.parent if path.parent.name == "checkpoints" else path
-    return (run / "config.json").is_file() and (run / "checkpoints").is_dir() and not _hf_config(run)
+    from dlmlab.loading import _hf_config  # the loader's test for a Hugging Face config.json
+
+    return (run / "config.json").is_file() and (run / "checkpoints").is_dir() and _hf_config(run) is None
 
 
 def _eval_loaded(args: argparse.Namespace) -> dict:
