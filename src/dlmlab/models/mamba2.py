@@ -33,7 +33,9 @@ from dlmlab.config import Config, Derived, is_auto, require
 from dlmlab.hooks import HookPoint
 from dlmlab.models.precision import upcast
 from dlmlab.models.stacked import SSMStack, ssm_states  # noqa: F401  (re-exported: one definition)
+from dlmlab.models.fused_conv import conv_silu
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
+from dlmlab.models.ssd_fused import fused_ssd_scan
 
 
 @dataclass
@@ -60,8 +62,8 @@ class Mamba2Config(Config):
     dt_init_floor: float = 1e-4
     A_init_max: float = 16.0  # A_log initialised from log U(1, A_init_max) per head
     tie_embeddings: bool = True  # only when n_out == vocab_size
-    scan: Literal["chunked", "sequential"] = "chunked"
-    scan_chunk: int = 64
+    scan: Literal["fused", "chunked", "sequential"] = "fused"  # fused: C++ kernel (ssd_fused), else ssd.py
+    scan_chunk: int = 64  # chunk length of "chunked"; checkpoint interval of "fused"
     init_std: float = 0.02
 
     def derive(self) -> None:
@@ -158,9 +160,12 @@ class Mamba2Mixer(nn.Module):
         Bsz, T, _ = h.shape
         Di, N, H, G = cfg.d_inner, cfg.d_state, cfg.n_heads, cfg.n_groups
         z, xBC, dt = torch.split(self.in_proj(h), [Di, Di + 2 * G * N, H], dim=-1)
-        if self.conv1d is not None:
-            xBC = self.conv1d(xBC.transpose(1, 2))[..., :T].transpose(1, 2)
-        xBC = self.conv_out(F.silu(xBC))
+        if self.conv1d is not None and cfg.scan == "fused":
+            xBC = self.conv_out(conv_silu(xBC, self.conv1d))  # C++ kernel on the [B,T,C] layout
+        elif self.conv1d is not None:
+            xBC = self.conv_out(F.silu(self.conv1d(xBC.transpose(1, 2))[..., :T].transpose(1, 2)))
+        else:
+            xBC = self.conv_out(F.silu(xBC))
         x, B, C = torch.split(xBC, [Di, G * N, G * N], dim=-1)
         B, C = B.unflatten(-1, (G, N)), C.unflatten(-1, (G, N))
         dt = self.dt(F.softplus(dt + self.dt_bias))
@@ -169,9 +174,12 @@ class Mamba2Mixer(nn.Module):
         if self.record_states or cfg.scan == "sequential":
             y, states = ssd_scan_ref(xh, dt, A, B, C, return_states=True)
             self.last_states = states if self.record_states else None
+        elif cfg.scan == "fused":  # D skip inside the kernel
+            y = fused_ssd_scan(xh, dt, A, B, C, D=self.D.to(x.dtype), chunk=cfg.scan_chunk)
         else:
             y = ssd_scan(xh, dt, A, B, C, chunk=cfg.scan_chunk)
-        y = y + xh * self.D.to(x.dtype)[:, None]
+        if self.record_states or cfg.scan != "fused":
+            y = y + xh * self.D.to(x.dtype)[:, None]
         y = self.ssm_out(y.reshape(Bsz, T, Di))
         return self.out_proj(self.norm(y, z))
 

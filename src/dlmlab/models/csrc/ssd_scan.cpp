@@ -1,0 +1,337 @@
+// Fused Mamba-2 (SSD) scan on CPU, forward and backward (see dlmlab/models/ssd_fused.py).
+//
+//   S_t = exp(dt_t A_h) S_{t-1} + B_t (dt_t x_t)^T,   y_t = S_t^T C_t + D_h x_t      (per batch b, head h)
+//
+// Shapes: x, y [Bs,T,H,P]; dt [Bs,T,H]; A, D [H]; B, C [Bs,T,G,N] (head h reads group h / (H/G));
+// checkpoints hck [Bs,H,nck,P,N] (the state before every chunk-th step).  Work items are (batch,
+// head) pairs; the state of one item is a local array, so [Bs,T,H,P,N] is never stored: [N][P] in
+// the forward (vectorised over P: y_t needs no horizontal sums), [P][N] in the backward (vectorised
+// over N: dB_t, dC_t need none).  The backward recomputes one chunk of states from its checkpoint
+// and runs the adjoint recurrence in reverse time.  dB, dC are written per head and summed over the heads of a
+// group afterwards, dA, dD per (batch, head) and summed over the batch afterwards, both in a
+// fixed order: results do not depend on the number of threads.
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// GCC/Clang vector extension: one 64-byte vector of T (split into narrower registers where needed).
+template <typename T>
+struct Vec {
+  typedef T type __attribute__((vector_size(64)));
+  static constexpr int L = 64 / sizeof(T);
+};
+
+template <typename V, typename T>
+inline V vload(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+template <typename V, typename T>
+inline void vstore(T* p, const V& v) { std::memcpy(p, &v, sizeof(V)); }
+
+// Sum of the lanes of a 64-byte vector by halving (deterministic order).
+template <typename T>
+inline T hsum(const typename Vec<T>::type& v) {
+  typedef T V32 __attribute__((vector_size(32)));
+  typedef T V16 __attribute__((vector_size(16)));
+  V32 a, b;
+  std::memcpy(&a, &v, 32);
+  std::memcpy(&b, reinterpret_cast<const char*>(&v) + 32, 32);
+  a += b;
+  V16 c, d;
+  std::memcpy(&c, &a, 16);
+  std::memcpy(&d, reinterpret_cast<const char*>(&a) + 16, 16);
+  c += d;
+  T r = c[0];
+  for (int l = 1; l < int(16 / sizeof(T)); ++l) r += c[l];
+  return r;
+}
+
+struct Sz {
+  int64_t Bs, T, H, P, G, N, R, chunk, nck;
+};
+
+template <typename T>
+struct Ptr {
+  const T *x, *dt, *A, *B, *C, *D;
+};
+
+// One (batch, head) item forward, state S [N][P] (vectorised over P); PC = P when known at compile
+// time (0: runtime P).  Checkpoints are written transposed, [P][N], the layout of the backward.
+template <typename T, int PC>
+void forward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, T* y, T* hck, T* S, T* u, T* yv) {
+  const int64_t P = PC ? PC : s.P, N = s.N, H = s.H, g = h / s.R;
+  std::fill(S, S + N * P, T(0));
+  const T Ah = in.A[h], Dh = in.D[h];
+  for (int64_t t = 0; t < s.T; ++t) {
+    if (hck && t % s.chunk == 0) {
+      T* dst = hck + ((b * H + h) * s.nck + t / s.chunk) * N * P;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t p = 0; p < P; ++p) dst[p * N + n] = S[n * P + p];
+    }
+    const int64_t row = (b * s.T + t) * H + h;
+    const T dtv = in.dt[row], a = std::exp(dtv * Ah);
+    const T* xr = in.x + row * P;
+    const T* Br = in.B + ((b * s.T + t) * s.G + g) * N;
+    const T* Cr = in.C + ((b * s.T + t) * s.G + g) * N;
+    for (int64_t p = 0; p < P; ++p) { u[p] = dtv * xr[p]; yv[p] = Dh * xr[p]; }
+    if constexpr (PC > 0 && PC % Vec<T>::L == 0) {
+      // P known: u and the y accumulators stay in registers.
+      using V = typename Vec<T>::type;
+      constexpr int K = PC / Vec<T>::L, VL = Vec<T>::L;
+      V vu[K], vy[K];
+      for (int k = 0; k < K; ++k) { vu[k] = vload<V>(u + k * VL); vy[k] = vload<V>(yv + k * VL); }
+      const V av = V{} + a;
+      for (int64_t n = 0; n < N; ++n) {
+        const T bn = Br[n], cn = Cr[n];
+        T* Sn = S + n * P;
+        for (int k = 0; k < K; ++k) {
+          const V v = av * vload<V>(Sn + k * VL) + vu[k] * bn;
+          vstore(Sn + k * VL, v);
+          vy[k] += v * cn;
+        }
+      }
+      for (int k = 0; k < K; ++k) vstore(yv + k * VL, vy[k]);
+    } else {
+      for (int64_t n = 0; n < N; ++n) {
+        const T bn = Br[n], cn = Cr[n];
+        T* __restrict__ Sn = S + n * P;
+#pragma omp simd
+        for (int64_t p = 0; p < P; ++p) {
+          const T v = std::fma(a, Sn[p], bn * u[p]);
+          Sn[p] = v;
+          yv[p] += cn * v;
+        }
+      }
+    }
+    std::copy(yv, yv + P, y + row * P);
+  }
+}
+
+template <typename T>
+struct Grads {
+  T *gx, *gdt, *gBh, *gCh, *gA_part, *gD_part;  // gBh, gCh [Bs,T,H,N]; gA_part, gD_part [Bs,H]
+};
+
+// One (batch, head) item backward, given gy = dL/dy; states and adjoints are [P][N] (vectorised
+// over N, so dB and dC need no horizontal sums); NC = N when known at compile time (0: runtime N).
+template <typename T, int NC>
+void backward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, const T* gy, const T* hck,
+                   const Grads<T>& g, T* Sbuf, T* Gs, T* ubuf, T* abuf, T* dB, T* dC, T* dav) {
+  const int64_t N = NC ? NC : s.N, P = s.P, H = s.H, NP = N * P, L = s.chunk, grp = h / s.R;
+  const T Ah = in.A[h], Dh = in.D[h];
+  std::fill(Gs, Gs + NP, T(0));
+  T a_next = T(0), gA = T(0), gD = T(0);
+  for (int64_t c = s.nck - 1; c >= 0; --c) {
+    const int64_t t0 = c * L, len = std::min(L, s.T - t0);
+    std::copy(hck + ((b * H + h) * s.nck + c) * NP, hck + ((b * H + h) * s.nck + c + 1) * NP, Sbuf);
+    for (int64_t i = 0; i < len; ++i) {  // recompute the states of this chunk (the forward's operations)
+      const int64_t t = t0 + i, row = (b * s.T + t) * H + h;
+      const T dtv = in.dt[row], a = std::exp(dtv * Ah);
+      const T* xr = in.x + row * P;
+      const T* Br = in.B + ((b * s.T + t) * s.G + grp) * N;
+      T* ui = ubuf + i * P;
+      for (int64_t p = 0; p < P; ++p) ui[p] = dtv * xr[p];
+      abuf[i] = a;
+      const T* __restrict__ Sp = Sbuf + i * NP;
+      T* __restrict__ Sn = Sbuf + (i + 1) * NP;
+      for (int64_t p = 0; p < P; ++p) {
+        const T up = ui[p];
+#pragma omp simd
+        for (int64_t n = 0; n < N; ++n) Sn[p * N + n] = std::fma(a, Sp[p * N + n], Br[n] * up);
+      }
+    }
+    for (int64_t i = len - 1; i >= 0; --i) {
+      const int64_t t = t0 + i, row = (b * s.T + t) * H + h;
+      const T dtv = in.dt[row];
+      const T* xr = in.x + row * P;
+      const T* gyr = gy + row * P;
+      const T* __restrict__ Br = in.B + ((b * s.T + t) * s.G + grp) * N;
+      const T* __restrict__ Cr = in.C + ((b * s.T + t) * s.G + grp) * N;
+      const T* ui = ubuf + i * P;
+      const T* __restrict__ St = Sbuf + (i + 1) * NP;
+      const T* __restrict__ Sp = Sbuf + i * NP;
+      T ddt = T(0), dd = T(0), da = T(0);
+      T* gxr = g.gx + row * P;
+      if constexpr (NC > 0 && NC % Vec<T>::L == 0) {
+        // N known: the N-vectors of B, C and the dB, dC, d(a) accumulators stay in registers.
+        using V = typename Vec<T>::type;
+        constexpr int K = NC / Vec<T>::L, VL = Vec<T>::L;
+        V vB[K], vC[K], aB[K], aC[K], aA[K];
+        const V an = V{} + a_next;
+        for (int k = 0; k < K; ++k) {
+          vB[k] = vload<V>(Br + k * VL); vC[k] = vload<V>(Cr + k * VL);
+          aB[k] = V{}; aC[k] = V{}; aA[k] = V{};
+        }
+        for (int64_t p = 0; p < P; ++p) {
+          const T gyp = gyr[p], up = ui[p];
+          T* Gp = Gs + p * N;
+          V acc = V{};
+          for (int k = 0; k < K; ++k) {
+            const V gv = an * vload<V>(Gp + k * VL) + vC[k] * gyp;
+            vstore(Gp + k * VL, gv);
+            aC[k] += vload<V>(St + p * N + k * VL) * gyp;
+            aB[k] += gv * up;
+            aA[k] += gv * vload<V>(Sp + p * N + k * VL);
+            acc += gv * vB[k];
+          }
+          const T du = hsum<T>(acc);
+          ddt += du * xr[p];
+          dd += gyp * xr[p];
+          gxr[p] = du * dtv + Dh * gyp;
+        }
+        V sA = aA[0];
+        for (int k = 1; k < K; ++k) sA += aA[k];
+        da = hsum<T>(sA);
+        for (int k = 0; k < K; ++k) { vstore(dB + k * VL, aB[k]); vstore(dC + k * VL, aC[k]); }
+      } else {
+        for (int64_t n = 0; n < N; ++n) { dB[n] = T(0); dC[n] = T(0); dav[n] = T(0); }
+        for (int64_t p = 0; p < P; ++p) {
+          const T gyp = gyr[p], up = ui[p];
+          T* __restrict__ Gp = Gs + p * N;
+          const T* __restrict__ Stp = St + p * N;
+          const T* __restrict__ Spp = Sp + p * N;
+          T du = T(0);
+#pragma omp simd reduction(+ : du)
+          for (int64_t n = 0; n < N; ++n) {
+            const T gv = std::fma(a_next, Gp[n], Cr[n] * gyp);
+            Gp[n] = gv;
+            dC[n] += Stp[n] * gyp;
+            dB[n] += gv * up;
+            dav[n] += gv * Spp[n];
+            du += gv * Br[n];
+          }
+          ddt += du * xr[p];
+          dd += gyp * xr[p];
+          gxr[p] = du * dtv + Dh * gyp;
+        }
+        for (int64_t n = 0; n < N; ++n) da += dav[n];
+      }
+      std::copy(dB, dB + N, g.gBh + row * N);
+      std::copy(dC, dC + N, g.gCh + row * N);
+      g.gdt[row] = ddt + da * abuf[i] * Ah;
+      gA += da * abuf[i] * dtv;
+      gD += dd;
+      a_next = abuf[i];
+    }
+  }
+  g.gA_part[b * H + h] = gA;
+  g.gD_part[b * H + h] = gD;
+}
+
+Sz sizes(const at::Tensor& x, const at::Tensor& B, int64_t chunk) {
+  Sz s;
+  s.Bs = x.size(0); s.T = x.size(1); s.H = x.size(2); s.P = x.size(3);
+  s.G = B.size(2); s.N = B.size(3); s.R = s.H / s.G;
+  s.chunk = chunk; s.nck = (s.T + chunk - 1) / chunk;
+  return s;
+}
+
+// Calls f with std::integral_constant<int, v> for the common sizes v (0: any other size).
+template <typename F>
+void dispatch_size(int64_t v, F&& f) {
+  if (v == 16) f(std::integral_constant<int, 16>{});
+  else if (v == 32) f(std::integral_constant<int, 32>{});
+  else if (v == 64) f(std::integral_constant<int, 64>{});
+  else if (v == 128) f(std::integral_constant<int, 128>{});
+  else f(std::integral_constant<int, 0>{});
+}
+
+std::vector<at::Tensor> ssd_forward(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                                    const at::Tensor& B, const at::Tensor& C, const at::Tensor& D,
+                                    int64_t chunk, bool keep) {
+  const Sz s = sizes(x, B, chunk);
+  at::Tensor y = at::empty_like(x);
+  at::Tensor hck = keep ? at::empty({s.Bs, s.H, s.nck, s.N, s.P}, x.options()) : at::empty({0}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ssd_forward", [&] {
+    using T = scalar_t;
+    const Ptr<T> in{x.data_ptr<T>(), dt.data_ptr<T>(), A.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(),
+                    D.data_ptr<T>()};
+    T* py = y.data_ptr<T>();
+    T* ph = keep ? hck.data_ptr<T>() : nullptr;
+    dispatch_size(s.P, [&](auto pc) {
+      at::parallel_for(0, s.Bs * s.H, 1, [&](int64_t lo, int64_t hi) {
+        std::vector<T> S(s.N * s.P), u(s.P), yv(s.P);
+        for (int64_t i = lo; i < hi; ++i)
+          forward_item<T, decltype(pc)::value>(s, i / s.H, i % s.H, in, py, ph, S.data(), u.data(), yv.data());
+      });
+    });
+  });
+  return {y, hck};
+}
+
+std::vector<at::Tensor> ssd_backward(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                                     const at::Tensor& B, const at::Tensor& C, const at::Tensor& D,
+                                     const at::Tensor& gy, const at::Tensor& hck, int64_t chunk) {
+  const Sz s = sizes(x, B, chunk);
+  at::Tensor gx = at::empty_like(x), gdt = at::empty_like(dt);
+  at::Tensor gBh = at::empty({s.Bs, s.T, s.H, s.N}, x.options()), gCh = at::empty_like(gBh);
+  at::Tensor gAp = at::empty({s.Bs, s.H}, x.options()), gDp = at::empty_like(gAp);
+  at::Tensor gB = at::empty_like(B), gC = at::empty_like(C), gA = at::empty_like(A), gD = at::empty_like(D);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ssd_backward", [&] {
+    using T = scalar_t;
+    const Ptr<T> in{x.data_ptr<T>(), dt.data_ptr<T>(), A.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(),
+                    D.data_ptr<T>()};
+    const Grads<T> g{gx.data_ptr<T>(), gdt.data_ptr<T>(), gBh.data_ptr<T>(), gCh.data_ptr<T>(),
+                     gAp.data_ptr<T>(), gDp.data_ptr<T>()};
+    const T* pgy = gy.data_ptr<T>();
+    const T* ph = hck.data_ptr<T>();
+    dispatch_size(s.N, [&](auto nc) {
+      at::parallel_for(0, s.Bs * s.H, 1, [&](int64_t lo, int64_t hi) {
+        const int64_t NP = s.N * s.P, L = s.chunk;
+        std::vector<T> Sbuf((L + 1) * NP), Gs(NP), ubuf(L * s.P), abuf(L), dB(s.N), dC(s.N), dav(s.N);
+        for (int64_t i = lo; i < hi; ++i)
+          backward_item<T, decltype(nc)::value>(s, i / s.H, i % s.H, in, pgy, ph, g, Sbuf.data(), Gs.data(),
+                                                ubuf.data(), abuf.data(), dB.data(), dC.data(), dav.data());
+      });
+    });
+    // dB, dC: sum over the R heads of each group, in order; dA, dD: sum over the batch, in order.
+    const T *pBh = gBh.data_ptr<T>(), *pCh = gCh.data_ptr<T>();
+    T *pB = gB.data_ptr<T>(), *pC = gC.data_ptr<T>();
+    at::parallel_for(0, s.Bs * s.T, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t bt = lo; bt < hi; ++bt)
+        for (int64_t gg = 0; gg < s.G; ++gg) {
+          T* ob = pB + (bt * s.G + gg) * s.N;
+          T* oc = pC + (bt * s.G + gg) * s.N;
+          for (int64_t n = 0; n < s.N; ++n) { ob[n] = T(0); oc[n] = T(0); }
+          for (int64_t r = 0; r < s.R; ++r) {
+            const int64_t hh = gg * s.R + r;
+            const T* ib = pBh + (bt * s.H + hh) * s.N;
+            const T* ic = pCh + (bt * s.H + hh) * s.N;
+            for (int64_t n = 0; n < s.N; ++n) { ob[n] += ib[n]; oc[n] += ic[n]; }
+          }
+        }
+    });
+    const T *pAp = gAp.data_ptr<T>(), *pDp = gDp.data_ptr<T>();
+    T *pA = gA.data_ptr<T>(), *pD = gD.data_ptr<T>();
+    for (int64_t h = 0; h < s.H; ++h) {
+      T sa = T(0), sd = T(0);
+      for (int64_t b = 0; b < s.Bs; ++b) { sa += pAp[b * s.H + h]; sd += pDp[b * s.H + h]; }
+      pA[h] = sa;
+      pD[h] = sd;
+    }
+  });
+  return {gx, gdt, gA, gB, gC, gD};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(dlmlab_ssd, m) {
+  m.def("forward(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D, int chunk, bool keep) -> Tensor[]",
+        &ssd_forward);
+  m.def("backward(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D, Tensor gy, Tensor hck, int chunk)"
+        " -> Tensor[]", &ssd_backward);
+}
