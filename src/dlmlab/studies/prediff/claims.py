@@ -46,7 +46,8 @@ def _paired_claim(cid: str, statement: str, comps: list[dict | None], **extra) -
     ev = {f"{c['a']}_vs_{c['b']}": _evidence(c) for c in comps if c is not None}
     judgement = not_run("comparison not made in this preset") if holds is None else \
         combine(comparison_verdict(c) for c in comps)
-    return claim(cid, statement, holds, judgement=judgement, **ev, rule="A minus B held-out NLL (nats / target token), two-level "
+    return claim(cid, statement, holds, judgement=judgement, **ev,
+                 rule="A minus B held-out NLL (nats / target token), two-level "
                  "bootstrap 95% interval over seeds and windows; holds only when every interval excludes 0 on A's "
                  "side", **extra)
 

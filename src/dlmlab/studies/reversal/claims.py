@@ -153,8 +153,8 @@ def gradient_alignment_positive(summary, positions, kinds, chance: float | None 
         if pe in pes:
             ok &= c.lo > GRAD_COS_LEVEL and (vs is None or vs.lo > 0)
             pre = _learned_forward(summary, "mdm", pe, chance)
-            parts.append(_part(verdict_from_interval(c.lo, c.hi, level=GRAD_COS_LEVEL, what=f"{pe} MDM gradient cosine"),
-                               pre))
+            cos = verdict_from_interval(c.lo, c.hi, level=GRAD_COS_LEVEL, what=f"{pe} MDM gradient cosine")
+            parts.append(_part(cos, pre))
             if vs is not None:
                 parts.append(_part(verdict_from_interval(vs.lo, vs.hi, what=f"{pe} gradient cosine MDM - ARM"), pre))
     return claim("gradient_alignment_positive",

@@ -144,7 +144,8 @@ def late_in_recurrent(cells) -> Claim:
     text += "; beside: " + "; ".join(f"{k}: enters layer {v['largest_jump_enters']}" for k, v in beside.items())
     early = [f"{k}: largest jump enters layer {per[k]['largest_jump_enters']} of {cells_n(got[k])}"
              for k in got if not late[k]]
-    return claim(cid, st, all(late.values()), judgement=_all_or_contradicted(early), measured=text + _chance_text(lists),
+    return claim(cid, st, all(late.values()), judgement=_all_or_contradicted(early),
+                 measured=text + _chance_text(lists),
                  n_cells=len(late), n_late=sum(late.values()),
                  not_reproduced={k: per[k] for k in got if not late[k]},
                  cells={k: per[k] for k in got}, beside=beside, **lists,
@@ -223,7 +224,8 @@ def s3_with_parity(cells) -> Claim:
     text = "; ".join(f"{a}: to parity {d['d_parity']:.2f}, to dyck {d['d_dyck']:.2f}" for a, d in per.items())
     held = len(closer) > len(per) / 2
     return claim(cid, st, held, judgement=REPRODUCED if held else contradicted(
-                     f"{len(closer)} of {len(per)} architectures closer to parity"), measured=text + _chance_text(lists),
+                     f"{len(closer)} of {len(per)} architectures closer to parity"),
+                 measured=text + _chance_text(lists),
                  archs_closer_to_parity=closer, n_archs=len(per),
                  distances=per, **lists)
 
