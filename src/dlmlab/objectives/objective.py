@@ -148,14 +148,4 @@ class TaggingObjective:
         return loss, {"loss": float(loss.detach()), "acc": float(acc)}
 
 
-def objective_for(name: str, mask_id: int | None = None, schedule=None, **kw) -> "Objective":
-    """The objective named ``"ar"`` or ``"mdlm"`` (the names saved in ``model.json``)."""
-    if name == "ar":
-        return ARObjective(**kw)
-    if name == "mdlm":
-        require(mask_id is not None, "objective 'mdlm' needs a mask_id")
-        return MaskedDiffusionObjective(mask_id, schedule, **kw)
-    raise ValueError(f"objective must be 'ar' or 'mdlm', got {name!r}")
-
-
-__all__ = ["Objective", "ARObjective", "MaskedDiffusionObjective", "TaggingObjective", "objective_for", "token_nll"]
+__all__ = ["Objective", "ARObjective", "MaskedDiffusionObjective", "TaggingObjective", "token_nll"]

@@ -65,7 +65,7 @@ def adapt(method: str, backbone: Transformer, stream: TokenStream, p: PreDiffPre
     make_batch, loss_fn = make_task(m, stream.train, p.seq_len, cfg.batch_size, cfg.steps, p.device,
                                     prompt_frac=p.prompt_frac, loss=p.loss)
     history = train(model, cfg, make_batch, loss_fn, out_dir=run_dir(out, method, seed), eval_fn=curve,
-                    desc=f"{method} s{seed}")
+                    desc=f"{method} s{seed}", **({} if m.is_diffusion else {"objective": "ar"}))  # a PreDiffLM has no card
     rows += [{"step": r["step"], "ppl": r["eval_ppl"]} for r in history if "eval_ppl" in r]
     model.eval()
     return model, rows

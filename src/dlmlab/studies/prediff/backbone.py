@@ -53,7 +53,8 @@ def prepare(p: PreDiffPreset, out: Path, progress: bool = True) -> tuple[Transfo
         pre = MethodConfig("pretrain", attention="causal", objective="ar")
         make_batch, loss_fn = make_task(pre, stream.train, p.seq_len, p.pretrain.batch_size, p.pretrain.steps, p.device)
         cfg_train = dataclasses.replace(p.pretrain, progress=p.pretrain.progress and progress)
-        history = train(model, cfg_train, make_batch, loss_fn, out_dir=out / "runs" / "pretrain", desc="pretrain AR")
+        history = train(model, cfg_train, make_batch, loss_fn, out_dir=out / "runs" / "pretrain", desc="pretrain AR",
+                        objective="ar", tokenizer=tokenizer)
         hf_dir = out / "backbone"
         if is_main_process():  # under torchrun rank 0 writes the backbone, every rank reads it back
             save_gpt2(model.cpu(), hf_dir)
