@@ -367,30 +367,39 @@ def run_workloads(args, weights: Path) -> tuple[dict, list[str], bool]:
 
 
 def workloads_figure(results: dict, out: Path) -> None:
-    """Induction: exact match vs speed relative to AR (batch 1 and 16); sorting: exact match vs tokens / forward."""
+    """Induction: tokens/s relative to AR per decoder at batch 1 and 16 (bars; exact match in the labels);
+    sorting: exact match vs tokens / forward."""
     from dlmlab.report.figures import new_figure, save_figure
 
-    fig, axes = new_figure(ncols=3, width=3.6, height=3.2)
+    fig, axes = new_figure(ncols=2, width=5.2, height=3.4)
+    ax = axes[0][0]
     ind = results.get("induction", [])
-    for ax, B in zip(axes[0][:2], (1, 16)):
-        for r in (r for r in ind if r["batch"] == B):
-            ax.scatter(r["rel"], r["acc"], marker="s" if r["name"].startswith("AR") else "o", s=30)
-            ax.annotate(r["name"].split(" (")[0], (r["rel"], r["acc"]), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.axvline(SPEED_B1 if B == 1 else SPEED_B16, ls="--", lw=0.8, color="grey")
-        ax.set_xscale("log")
-        ax.set_xlabel("tokens / s relative to AR (KV cache)")
-        ax.set_ylabel("exact match")
-        ax.set_title(f"induction, batch {B} (target: right of dashed)", fontsize=8)
-    ax = axes[0][2]
+    names = list(dict.fromkeys(r["name"] for r in ind))
+    batches = sorted({r["batch"] for r in ind})
+    h = 0.8 / max(1, len(batches))
+    for bi, B in enumerate(batches):
+        rel = {r["name"]: r["rel"] for r in ind if r["batch"] == B}
+        ax.barh([i + bi * h for i in range(len(names))], [rel[n] for n in names], height=h, label=f"batch {B}")
+        need = SPEED_B1 if B == 1 else SPEED_B16 if B == 16 else None
+        if need is not None:
+            ax.axvline(need, ls="--", lw=0.8, color=f"C{bi}")
+    acc = {r["name"]: r["acc"] for r in ind}
+    ax.set_yticks([i + h * (len(batches) - 1) / 2 for i in range(len(names))])
+    ax.set_yticklabels([f"{n} [EM {acc[n]:.2f}]" for n in names], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens / s relative to AR (KV cache)")
+    ax.set_title("induction (dashed: the batch's target)", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+    ax = axes[0][1]
     srt = results.get("sorting", [])
     for kind, marker in (("threshold", "o-"), ("steps", "^-"), ("AR", "s")):
         pts = sorted((r["tpf"], r["acc"]) for r in srt if kind in r["name"])
         if pts:
-            ax.plot(*zip(*pts), marker, label=kind if kind != "AR" else "AR (KV cache)", ms=5)
+            ax.plot(*zip(*pts), marker, label="AR (KV cache)" if kind == "AR" else f"diffusion, {kind}", ms=5)
     ax.set_xlabel("tokens / forward (per row, up to the end token)")
     ax.set_ylabel("exact match")
-    ax.set_title("sorting: the cost of parallel commits", fontsize=8)
+    ax.set_title("sorting: exact match vs parallel commits", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
     save_figure(fig, out, "sampling_workloads",
                 "Confident workloads: induction speed vs AR, sorting accuracy vs tokens per forward "
@@ -435,7 +444,8 @@ def main() -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the ratios are what is compared)")
-    ap.add_argument("--no-docs", action="store_true", help="do not write the figures and tables under docs/")
+    ap.add_argument("--docs", default=str(DOCS), help="where sampling_results.md and figures/ are written")
+    ap.add_argument("--no-docs", action="store_true", help="do not write the figures and tables")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -457,11 +467,12 @@ def main() -> int:
     print(doc)
     print(f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     if not args.no_docs:
+        docs = Path(args.docs)
         if text:
-            figure(text["rows"], text["base"], DOCS)
+            figure(text["rows"], text["base"], docs)
         if results:
-            workloads_figure(results, DOCS)
-        (DOCS / "sampling_results.md").write_text(
+            workloads_figure(results, docs)
+        (docs / "sampling_results.md").write_text(
             "<!-- written by benchmarks/bench_sampling.py; do not edit by hand -->\n" + doc + "\n")
     return 0 if ok else 1
 

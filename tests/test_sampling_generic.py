@@ -141,3 +141,17 @@ def test_prediff_plugs_in_through_the_denoiser_interface():
 def test_the_sampler_does_not_import_the_prediff_wrapper():
     code = "import sys, dlmlab.sampling; bad = [m for m in sys.modules if 'prediff' in m]; assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_decoder_puts_a_training_model_in_eval_mode_and_leaves_an_eval_model_alone():
+    """``Module.eval`` walks every submodule: skipped when nothing is training (same tokens either way)."""
+    m = mdlm()
+    calls = []
+    real = m.eval
+    m.eval = lambda: (calls.append(1), real())[1]
+    cfg = DecodeConfig(threshold=0.9, cache="none")
+    a = generate(m, prompt(), 6, cfg, torch.Generator().manual_seed(0), mask_id=MASK).tokens
+    assert calls == []  # already in eval mode
+    m.blocks[0].train()  # one submodule training is enough to need eval()
+    b = generate(m, prompt(), 6, cfg, torch.Generator().manual_seed(0), mask_id=MASK).tokens
+    assert calls == [1] and not any(x.training for x in m.modules()) and torch.equal(a, b)

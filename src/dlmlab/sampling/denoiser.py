@@ -70,8 +70,14 @@ class Denoiser:
         return logits.softmax(-1)
 
     def eval(self) -> None:
-        if hasattr(self.model, "eval"):
-            self.model.eval()
+        """Put the model in eval mode (skipped when no submodule is training: ``Module.eval`` walks every
+        submodule through ``__setattr__``, a large share of a one-forward decode of a small model)."""
+        if not hasattr(self.model, "eval"):
+            return
+        modules = getattr(self.model, "modules", None)
+        if callable(modules) and not any(getattr(m, "training", False) for m in modules()):
+            return
+        self.model.eval()
 
 
 def _accepts(fn, name: str) -> bool:
