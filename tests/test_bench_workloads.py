@@ -108,3 +108,19 @@ def test_task_decoders_count_forwards_per_row():
     assert calls == 2 and (per_row <= 2).all()
     out, calls, per_row = fns["AR (KV cache)"](prompt, track=True)
     assert calls == 5 and torch.equal(per_row, tokens_to_end(out, VOC.end))
+
+
+@pytest.mark.parametrize("kind", ["ar", "mdlm"])
+def test_task_models_are_seeded_and_cached_by_settings_hash(tmp_path, kind):
+    bench = _bench()
+    w = bench.Workload("sorting", n=3, n_symbols=4, d_model=8, n_layers=1, steps=2, batch=4)
+    a = bench.task_model(w, kind, tmp_path)
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 1 and files[0].name.startswith(f"sorting-{kind}-") and not a.training
+    assert a.cfg.attn_mask == ("causal" if kind == "ar" else "bidirectional")
+    b = bench.task_model(w, kind, tmp_path)  # loaded, not retrained
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    fresh = bench.task_model(w, kind, tmp_path / "other")  # retrained from the same seed: the same weights
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), fresh.state_dict().values()))
+    bench.task_model(bench.Workload("sorting", n=3, n_symbols=4, d_model=8, n_layers=1, steps=3, batch=4), kind, tmp_path)
+    assert len(list(tmp_path.glob("*.pt"))) == 2  # other settings, another file
