@@ -194,3 +194,15 @@ def test_only_rank_zero_writes_the_manifest_and_report(tmp_path, monkeypatch, ca
     assert calls == [("a", "smoke")]  # every rank runs the study (its training is data-parallel)
     assert not (tmp_path / MANIFEST).exists() and not (tmp_path / "report.html").exists()
     assert capsys.readouterr().out == ""
+
+
+def test_cli_single_study_prints_its_verdict_counts(tmp_path, monkeypatch, capsys):
+    from dlmlab.report.claims import REPRODUCED, contradicted, underpowered
+
+    install(monkeypatch, {"a": make_study("a", holds=(REPRODUCED, contradicted("x"), underpowered("y"), True))})
+    assert main(["reproduce", "a", "--preset", "smoke", "--out", str(tmp_path), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3] == "claims: 4: 2 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)"
+    assert lines[-1] == f"report: {tmp_path / 'report.md'}"
+    md = (tmp_path / "report.md").read_text()
+    assert "2 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)." in md and "inconclusive (underpowered): y" in md

@@ -58,5 +58,15 @@ def _run(args: argparse.Namespace, out: Path) -> int:
     study = studies.load_study(args.study)
     study.run(args.preset, out, progress=not args.no_progress)
     if is_main_process():  # under torchrun every rank runs the study; rank 0 wrote the files
+        print(_claims_line(out))
         print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'}")
     return 0
+
+
+def _claims_line(out: Path) -> str:
+    """``claims: 6: 4 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)`` from ``out/results.json``."""
+    from dlmlab.report.claims import count_verdicts, verdict_summary
+    from dlmlab.report.results import load_results
+
+    claims = load_results(out).get("claims") or []
+    return f"claims: {len(claims)}: {verdict_summary(count_verdicts(claims))}"

@@ -92,7 +92,8 @@ def _chance_text(lists: dict) -> str:
 
 
 def _none_counted(cid: str, st: str, lists: dict) -> Claim:
-    return claim(cid, st, False, judgement=precondition_failed("no cell above chance" + _chance_text(lists)),
+    return claim(cid, st, False, judgement=precondition_failed(
+                     f"no cell above chance ({len(lists['at_chance'])} at chance)"),
                  measured="no cell above chance" + _chance_text(lists), reason="no model reached above-chance accuracy on the task(s) this claim is "
                  "about (accuracy at the training length below the majority-label rate + chance_margin), so "
                  "there is no profile to test", **lists)
@@ -133,8 +134,7 @@ def late_in_recurrent(cells) -> Claim:
     got, lists = _split(counted)
     beside = {k: v for k, v in per.items() if k.split("/")[0] in BESIDE_ARCHS}
     if not got:
-        return claim(cid, st, False, judgement=precondition_failed("no Mamba / LSTM cell on parity/s3 is above "
-                     "chance" + _chance_text(lists)),
+        return claim(cid, st, False, judgement=precondition_failed("no Mamba / LSTM cell on parity/s3 is above chance"),
                      reason="no Mamba / LSTM cell on parity/s3 is above chance", **lists,
                      cells={k: per[k] for k in counted}, beside=beside)
     late = {k: per[k]["late"] for k in got}
