@@ -313,6 +313,15 @@ def test_prediff_verdicts():
     untimed = compute_claims({"comparisons": {}, "speed": {"prediff@8": _timed(300.0, rounds=1),
                                                            "ar_control": _timed(100.0, rounds=1)}})[-1]
     assert v(untimed) == ("inconclusive", "not_run")
+    # models that never learned the language (held-out NLL >= log(vocabulary)): precondition, not underpowered
+    comp = {"hybrid_vs_uniform_bidir": _cmp("prediff", "uniform_bidir", -0.1, 0.1),
+            "hybrid_vs_uniform_bidir_shifted": _cmp("attn_obj", "diffugpt", -0.3, -0.1)}
+    nll = lambda x: {m: {"val_nll": x} for m in ("prediff", "uniform_bidir", "attn_obj", "diffugpt")}  # noqa: E731
+    res = {"comparisons": comp, "speed": {}, "data": {"tokenizer_vocab": 384}}
+    chance, learned = np.log(384) + 0.01, 4.99  # the smoke run's adaptations reach 4.99 nats
+    assert v(compute_claims({**res, "methods": nll(chance)})[0]) == ("inconclusive", "precondition")
+    assert v(compute_claims({**res, "methods": nll(learned)})[0]) == ("inconclusive", "underpowered")
+    assert v(compute_claims(res)[0]) == ("inconclusive", "underpowered")  # vocabulary / NLL unknown: no precondition
 
 
 # ------------------------------------------------------------------------------------------ induction
