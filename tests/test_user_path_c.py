@@ -93,6 +93,27 @@ def test_rate_accepts_sample_out_files(tmp_path, capsys):
     assert "two different methods" in capsys.readouterr().err
 
 
+def test_rate_reads_what_dlmlab_sample_writes(tmp_path, capsys):
+    from dlmlab.rating import all_pairs, load_samples
+
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("objective: mdlm\nmodel: {d_model: 16, n_layers: 1, n_heads: 2, d_mlp: 32, max_seq_len: 16, "
+                   f"attn_mask: bidirectional}}\ndata: {{source: {_corpus(tmp_path)}, seq_len: 12}}\n"
+                   "train: {steps: 1, batch_size: 4, progress: false}\neval_batches: 1\n")
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(run)]) == 0
+    files = []
+    for order in ("confidence", "random"):
+        files.append(tmp_path / f"{order}.jsonl")
+        assert main(["sample", str(run), "--prompt", "the cat", "--gen-len", "4", "--num-samples", "2",
+                     "--order", order, "--no-progress", "--out", str(files[-1])]) == 0
+    capsys.readouterr()
+    samples = load_samples(files)
+    assert {s.method for s in samples} == {"confidence order=confidence", "random order=random"}
+    n = {m: sum(s.method == m for s in samples) for m in {s.method for s in samples}}
+    assert all(s.prompt == "the cat" for s in samples) and len(all_pairs(samples)) == n[min(n)] * n[max(n)]
+
+
 # ------------------------------------------------------------------------- item 6: a wrong $DLMLAB_DATA
 @pytest.mark.parametrize("kind", ["missing", "file", "unrelated folder"])
 def test_wrong_dlmlab_data_is_a_one_line_error(tmp_path, monkeypatch, capsys, kind):
