@@ -1,6 +1,7 @@
 """The completion tasks of the decoding benchmark: layout, induction and sorting pairs, exact-match scoring,
 tokens up to the end token, and the benchmark's per-row forward count (fast; no training)."""
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -100,7 +101,8 @@ def test_task_decoders_count_forwards_per_row():
     ar = Transformer(TransformerConfig(vocab_size=VOC.model_vocab, d_model=16, n_layers=1, n_heads=2,
                                        max_seq_len=16)).eval()
     prompt, _ = induction_pairs(3, 4, VOC, torch.Generator().manual_seed(0))
-    fns = bench.task_decoders(ar, dm, VOC, 5, {"t": dict(threshold=0.9, cache="none"), "s": dict(steps=2, cache="none")})
+    specs = {"t": dict(threshold=0.9, cache="none"), "s": dict(steps=2, cache="none")}
+    fns = bench.task_decoders(ar, dm, VOC, 5, specs)
     out, calls, per_row = fns["t"](prompt, track=True)
     assert out.shape == (3, 5) and (per_row <= calls).all() and (per_row >= 1).all()
     assert fns["t"](prompt)[2] is None and torch.equal(fns["t"](prompt)[0], out)  # untracked: same tokens
@@ -122,5 +124,5 @@ def test_task_models_are_seeded_and_cached_by_settings_hash(tmp_path, kind):
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     fresh = bench.task_model(w, kind, tmp_path / "other")  # retrained from the same seed: the same weights
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), fresh.state_dict().values()))
-    bench.task_model(bench.Workload("sorting", n=3, n_symbols=4, d_model=8, n_layers=1, steps=3, batch=4), kind, tmp_path)
+    bench.task_model(dataclasses.replace(w, steps=3), kind, tmp_path)
     assert len(list(tmp_path.glob("*.pt"))) == 2  # other settings, another file
