@@ -144,6 +144,23 @@ def speed(fns: dict, prompt: torch.Tensor, gen_len: int, repeats: int) -> dict:
     return {k: {"tps": B * gen_len / statistics.median(ts), "fpt": calls[k] / gen_len} for k, ts in times.items()}
 
 
+TARGETS = {1: SPEED_B1, 16: SPEED_B16}  # batch -> tokens/s relative to AR that a decoder within the bound must reach
+
+
+def judge(rows: list[dict], B: int, within, workload: str, bound: str, kind: str) -> tuple[bool | None, str]:
+    """Speed rows ({batch, name, rel, ...}) -> (target of batch ``B`` met: the fastest diffusion decoder whose
+    row passes ``within`` reaches ``TARGETS[B]`` x AR; None when ``B`` has no target, verdict line)."""
+    need = TARGETS.get(B)
+    if need is None:
+        return None, ""
+    good = [r for r in rows if r["batch"] == B and not r["name"].startswith("AR") and within(r)]
+    best = max(good, key=lambda r: r["rel"], default=None)
+    met = best is not None and best["rel"] >= need
+    return met, (f"{workload}, batch {B}: >= {need:g}x AR at {bound}: {'met' if met else 'NOT met'}"
+                 + (f"; fastest decoder within the {kind} bound: '{best['name']}' ({best['rel']:.2f}x)" if best
+                    else f"; no diffusion decoder is within the {kind} bound"))
+
+
 def figure(rows: list[dict], base: float, out: Path) -> None:
     """Two panels (batch 1, 16): generative PPL vs speed relative to AR, one colour per decoder, target lines."""
     import matplotlib.pyplot as plt
@@ -351,18 +368,12 @@ def run_workloads(args, weights: Path) -> tuple[dict, list[str], bool]:
                 ar = sp["AR (KV cache)"]["tps"]
                 rows += [{"batch": B, "name": k, **sp[k], "rel": sp[k]["tps"] / ar, **acc[k]} for k in fns]
             ar_acc = acc["AR (KV cache)"]["acc"]
-            for B, need in ((1, SPEED_B1), (16, SPEED_B16)):
-                if B not in args.batches:
-                    continue
-                good = [r for r in rows if r["batch"] == B and not r["name"].startswith("AR")
-                        and r["acc"] >= ar_acc - ACC_TOL]
-                best = max(good, key=lambda r: r["rel"], default=None)
-                met = best is not None and best["rel"] >= need
-                ok &= met
-                verdicts.append(f"induction, batch {B}: >= {need:g}x AR at exact match >= {ar_acc - ACC_TOL:.3f} (AR "
-                                f"{ar_acc:.3f} - {ACC_TOL:g}): {'met' if met else 'NOT met'}"
-                                + (f"; fastest decoder within the accuracy bound: '{best['name']}' ({best['rel']:.2f}x)"
-                                   if best else "; no diffusion decoder is within the accuracy bound"))
+            bound = f"exact match >= {ar_acc - ACC_TOL:.3f} (AR {ar_acc:.3f} - {ACC_TOL:g})"
+            for B in args.batches:
+                met, line = judge(rows, B, lambda r: r["acc"] >= ar_acc - ACC_TOL, "induction", bound, "accuracy")
+                if met is not None:
+                    ok &= met
+                    verdicts.append(line)
         else:
             rows = [{"name": k, **acc[k]} for k in fns]
         results[task] = rows
@@ -383,7 +394,7 @@ def workloads_figure(results: dict, out: Path) -> None:
     for bi, B in enumerate(batches):
         rel = {r["name"]: r["rel"] for r in ind if r["batch"] == B}
         ax.barh([i + bi * h for i in range(len(names))], [rel[n] for n in names], height=h, label=f"batch {B}")
-        need = SPEED_B1 if B == 1 else SPEED_B16 if B == 16 else None
+        need = TARGETS.get(B)
         if need is not None:
             ax.axvline(need, ls="--", lw=0.8, color=f"C{bi}")
     acc = {r["name"]: r["acc"] for r in ind}
@@ -506,18 +517,12 @@ def run_text(args) -> dict:
                           torch.Generator().manual_seed(0))
     base = qual[BASELINE]["gen_ppl"]
     ok, verdicts = True, []
-    for B, need in ((1, SPEED_B1), (16, SPEED_B16)):
-        if B not in args.batches:
-            continue
-        good = [r for r in rows if r["batch"] == B and not r["name"].startswith("AR")
-                and r["gen_ppl"] <= base * (1 + QUALITY_TOL)]
-        best = max(good, key=lambda r: r["rel"], default=None)
-        met = best is not None and best["rel"] >= need
-        ok &= met
-        verdicts.append(f"open text, batch {B}: >= {need:g}x AR at gen. PPL <= {base * (1 + QUALITY_TOL):.1f} (32-step "
-                        f"baseline {base:.1f} + 10%): {'met' if met else 'NOT met'}"
-                        + (f"; fastest decoder within the quality bound: '{best['name']}' ({best['rel']:.2f}x)"
-                           if best else "; no diffusion decoder is within the quality bound"))
+    bound = f"gen. PPL <= {base * (1 + QUALITY_TOL):.1f} (32-step baseline {base:.1f} + 10%)"
+    for B in args.batches:
+        met, line = judge(rows, B, lambda r: r["gen_ppl"] <= base * (1 + QUALITY_TOL), "open text", bound, "quality")
+        if met is not None:
+            ok &= met
+            verdicts.append(line)
     return {"rows": rows, "table": render(rows, dev, args, bb.num_params()), "verdicts": verdicts, "ok": ok,
             "base": base}
 

@@ -126,3 +126,19 @@ def test_task_models_are_seeded_and_cached_by_settings_hash(tmp_path, kind):
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), fresh.state_dict().values()))
     bench.task_model(dataclasses.replace(w, steps=3), kind, tmp_path)
     assert len(list(tmp_path.glob("*.pt"))) == 2  # other settings, another file
+
+
+def test_judge_takes_the_fastest_decoder_within_the_bound():
+    bench = _bench()
+    rows = [{"batch": 1, "name": "AR (KV cache)", "rel": 1.0, "acc": 1.0},
+            {"batch": 1, "name": "fast, wrong", "rel": 9.0, "acc": 0.5},
+            {"batch": 1, "name": "slow, right", "rel": 2.0, "acc": 1.0},
+            {"batch": 16, "name": "right", "rel": 1.5, "acc": 1.0}]
+    ok = lambda r: r["acc"] >= 0.99  # noqa: E731
+    met, line = bench.judge(rows, 1, ok, "induction", "exact match >= 0.99", "accuracy")
+    assert met is False and "NOT met" in line and "'slow, right' (2.00x)" in line  # 3x needed at batch 1
+    met, line = bench.judge(rows, 16, ok, "induction", "exact match >= 0.99", "accuracy")
+    assert met is True and "batch 16: >= 1x AR" in line
+    met, line = bench.judge(rows, 1, lambda r: False, "induction", "b", "accuracy")
+    assert met is False and "no diffusion decoder is within the accuracy bound" in line
+    assert bench.judge(rows, 4, ok, "induction", "b", "accuracy")[0] is None  # no target at batch 4
