@@ -319,9 +319,11 @@ INDUCTION = {
 
 
 def sorting_specs(L: int) -> dict:
-    """Thresholds, and fixed step counts from one token per step (L: the target length) to all in one step."""
+    """Thresholds, fixed step counts from one token per step (L: the target length) to all in one step, and
+    one token per step left to right (blocks of 1: the AR model's order)."""
     return {**{f"threshold {th:g}": dict(threshold=th, cache="none") for th in (0.99, 0.9, 0.7, 0.5, 0.3)},
-            **{f"{k} step{'s' if k > 1 else ''}": dict(steps=k, cache="none") for k in (L, 4, 2, 1)}}
+            **{f"{k} step{'s' if k > 1 else ''}": dict(steps=k, cache="none") for k in (L, 4, 2, 1)},
+            "left to right (block 1)": dict(steps=L, block_len=1, cache="none")}
 
 
 def task_accuracy(fns: dict, prompts: torch.Tensor, targets: torch.Tensor, end: int, batch: int = 64) -> dict:
@@ -407,10 +409,12 @@ def workloads_figure(results: dict, out: Path) -> None:
     ax.legend(fontsize=7, frameon=False)
     ax = axes[0][1]
     srt = results.get("sorting", [])
-    for kind, marker in (("threshold", "o-"), ("step", "^-"), ("AR", "s")):
+    for kind, marker in (("threshold", "o-"), ("step", "^-"), ("left to right", "D"), ("AR", "s")):
         pts = sorted((r["tpf"], r["acc"]) for r in srt if kind in r["name"])
         if pts:
-            ax.plot(*zip(*pts), marker, label="AR (KV cache)" if kind == "AR" else f"diffusion, {kind}s", ms=5)
+            label = {"AR": "AR (KV cache)", "left to right": "diffusion, left to right"}.get(kind,
+                                                                                               f"diffusion, {kind}s")
+            ax.plot(*zip(*pts), marker, label=label, ms=5)
     ax.set_xlabel("tokens / forward (per row, up to the end token)")
     ax.set_ylabel("exact match")
     ax.set_title("sorting: exact match vs parallel commits", fontsize=9)
@@ -440,6 +444,13 @@ def render_workloads(results: dict, args) -> str:
                  f"{w.steps} steps; greedy; {args.task_examples} held-out examples; tokens / forward per row.\n",
                  "| decoder | tokens / forward | exact match |", "|---|---:|---:|"]
         lines += [f"| {r['name']} | {r['tpf']:.2f} | {r['acc']:.3f} |" for r in results["sorting"]]
+        steps = sorted((r for r in results["sorting"] if r["name"].endswith(("step", "steps"))), key=lambda r: r["tpf"])
+        if len(steps) > 1:
+            one, most = steps[0], steps[-1]
+            lines += ["", f"Accuracy cost of parallel commits (fixed steps, '{one['name']}' at {one['tpf']:.2f} "
+                      f"tokens / forward -> '{most['name']}' at {most['tpf']:.2f}): exact match {one['acc']:.3f} -> "
+                      f"{most['acc']:.3f} ({most['acc'] - one['acc']:+.3f}); AR "
+                      f"{next(r['acc'] for r in results['sorting'] if r['name'].startswith('AR')):.3f}."]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
