@@ -1,6 +1,7 @@
-"""Study outputs: claims, results.json / report.md, figures."""
+"""Study outputs: claims (with their verdicts), results.json / report.md, figures."""
 
-from dlmlab.report.claims import Claim, claim
+from dlmlab.report.claims import Claim, Judgement, claim, verdict_from_interval
 from dlmlab.report.results import StudyResult, Table, load_results, write_study
 
-__all__ = ["Claim", "claim", "StudyResult", "Table", "write_study", "load_results"]
+__all__ = ["Claim", "Judgement", "claim", "verdict_from_interval", "StudyResult", "Table", "write_study",
+           "load_results"]
