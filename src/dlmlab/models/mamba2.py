@@ -34,6 +34,7 @@ from dlmlab.hooks import HookPoint
 from dlmlab.models.precision import upcast
 from dlmlab.models.stacked import SSMStack, ssm_states  # noqa: F401  (re-exported: one definition)
 from dlmlab.models.fused_conv import conv_silu
+from dlmlab.models.fused_gated_norm import gated_norm
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
 from dlmlab.models.ssd_fused import fused_ssd_scan
 
@@ -118,8 +119,11 @@ class GatedRMSNorm(nn.Module):
         self.group_size = group_size or d
         self.weight = nn.Parameter(torch.ones(d))
 
-    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    def forward(self, y: torch.Tensor, z: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        """``fused``: one C++ pass forward and backward (:mod:`dlmlab.models.fused_gated_norm`) for float32/64."""
         dtype = y.dtype
+        if fused and dtype in (torch.float32, torch.float64) and z.dtype == dtype == self.weight.dtype:
+            return gated_norm(y, z, self.weight, self.group_size, self.eps)
         h = upcast(y) * F.silu(upcast(z))
         h = h.unflatten(-1, (-1, self.group_size))  # [..., groups, group_size]
         h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
@@ -181,7 +185,7 @@ class Mamba2Mixer(nn.Module):
         if self.record_states or cfg.scan != "fused":
             y = y + xh * self.D.to(x.dtype)[:, None]
         y = self.ssm_out(y.reshape(Bsz, T, Di))
-        return self.out_proj(self.norm(y, z))
+        return self.out_proj(self.norm(y, z, fused=cfg.scan == "fused"))
 
 
 class Mamba2(SSMStack):

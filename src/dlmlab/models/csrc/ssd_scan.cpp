@@ -92,19 +92,37 @@ void forward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, T* y, T* 
       // P known: u and the y accumulators stay in registers.
       using V = typename Vec<T>::type;
       constexpr int K = PC / Vec<T>::L, VL = Vec<T>::L;
-      V vu[K], vy[K];
-      for (int k = 0; k < K; ++k) { vu[k] = vload<V>(u + k * VL); vy[k] = vload<V>(yv + k * VL); }
+      // y is summed over n in four interleaved partial sums (n mod 4), added at the end: shorter
+      // dependency chains than one running sum.
+      constexpr int J = 4;
+      V vu[K], vy[J][K];
+      for (int k = 0; k < K; ++k) {
+        vu[k] = vload<V>(u + k * VL);
+        for (int j = 0; j < J; ++j) vy[j][k] = V{};
+      }
       const V av = V{} + a;
-      for (int64_t n = 0; n < N; ++n) {
+      int64_t n = 0;
+      for (; n + J <= N; n += J)
+        for (int j = 0; j < J; ++j) {
+          const T bn = Br[n + j], cn = Cr[n + j];
+          T* Sn = S + (n + j) * P;
+          for (int k = 0; k < K; ++k) {
+            const V v = av * vload<V>(Sn + k * VL) + vu[k] * bn;
+            vstore(Sn + k * VL, v);
+            vy[j][k] += v * cn;
+          }
+        }
+      for (; n < N; ++n) {
         const T bn = Br[n], cn = Cr[n];
         T* Sn = S + n * P;
         for (int k = 0; k < K; ++k) {
           const V v = av * vload<V>(Sn + k * VL) + vu[k] * bn;
           vstore(Sn + k * VL, v);
-          vy[k] += v * cn;
+          vy[0][k] += v * cn;
         }
       }
-      for (int k = 0; k < K; ++k) vstore(yv + k * VL, vy[k]);
+      for (int k = 0; k < K; ++k)
+        vstore(yv + k * VL, vload<V>(yv + k * VL) + ((vy[0][k] + vy[1][k]) + (vy[2][k] + vy[3][k])));
     } else {
       for (int64_t n = 0; n < N; ++n) {
         const T bn = Br[n], cn = Cr[n];
@@ -327,6 +345,130 @@ std::vector<at::Tensor> ssd_backward(const at::Tensor& x, const at::Tensor& dt, 
   return {gx, gdt, gA, gB, gC, gD};
 }
 
+// ---------------------------------------------------------------- gated RMSNorm of the Mamba-2 block
+// out = w * n,  n = h * rstd,  h = y * silu(z),  rstd = 1 / sqrt(mean_group(h^2) + eps), per row and
+// group of gs columns.  y, z [R,D] (rows may be strided, columns contiguous), w [D] -> out [R,D],
+// rstd [R,D/gs].  The backward's weight gradient is summed per block of rows, then over the blocks
+// in order (independent of the thread count).
+
+// exp for float: Cody-Waite range reduction and a degree-6 polynomial (~1 ulp), plain arithmetic so
+// that the loops vectorise (as in selective_scan.cpp).
+inline float fexp(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float magic = 12582912.0f;
+  float k = (x * 1.44269504088896341f + magic) - magic;
+  float r = x - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+template <typename T> inline T sexp(T x);
+template <> inline float sexp<float>(float x) { return fexp(x); }
+template <> inline double sexp<double>(double x) { return std::exp(x); }
+
+template <typename T>
+inline T sigm(T z) { return T(1) / (T(1) + sexp<T>(-z)); }
+
+constexpr int64_t ROWS = 32;  // rows per block of the weight-gradient sum
+
+template <typename T>
+void gn_forward_row(const T* yr, const T* zr, const T* w, T* out, T* rstd, T* h, int64_t D, int64_t gs, T eps) {
+#pragma omp simd
+  for (int64_t d = 0; d < D; ++d) h[d] = yr[d] * (zr[d] * sigm<T>(zr[d]));
+  for (int64_t g = 0; g < D / gs; ++g) {
+    T ss = T(0);
+#pragma omp simd reduction(+ : ss)
+    for (int64_t d = g * gs; d < (g + 1) * gs; ++d) ss += h[d] * h[d];
+    const T rs = T(1) / std::sqrt(ss / T(gs) + eps);
+    rstd[g] = rs;
+#pragma omp simd
+    for (int64_t d = g * gs; d < (g + 1) * gs; ++d) out[d] = w[d] * (h[d] * rs);
+  }
+}
+
+// One row of the backward; adds go * n to acc (the weight gradient of this block of rows).
+template <typename T>
+void gn_backward_row(const T* yr, const T* zr, const T* w, const T* rstd, const T* gr, T* gy, T* gz, T* acc,
+                     T* sg, T* n, T* gn, int64_t D, int64_t gs) {
+  for (int64_t g = 0; g < D / gs; ++g) {
+    const T rs = rstd[g];
+    T dot = T(0);
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = g * gs; d < (g + 1) * gs; ++d) {
+      const T s = sigm<T>(zr[d]);
+      sg[d] = s;
+      n[d] = yr[d] * (zr[d] * s) * rs;
+      gn[d] = gr[d] * w[d];
+      dot += gn[d] * n[d];
+      acc[d] += gr[d] * n[d];
+    }
+    const T m = dot / T(gs);
+#pragma omp simd
+    for (int64_t d = g * gs; d < (g + 1) * gs; ++d) {
+      const T gh = rs * (gn[d] - n[d] * m), s = sg[d];
+      gy[d] = gh * (zr[d] * s);
+      gz[d] = gh * yr[d] * (s * (T(1) + zr[d] * (T(1) - s)));
+    }
+  }
+}
+
+std::vector<at::Tensor> gated_norm_forward(const at::Tensor& y, const at::Tensor& z, const at::Tensor& w,
+                                           int64_t gs, double eps) {
+  const int64_t R = y.size(0), D = y.size(1), ng = D / gs;
+  at::Tensor out = at::empty({R, D}, y.options()), rstd = at::empty({R, ng}, y.options());
+  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "gated_norm_forward", [&] {
+    using T = scalar_t;
+    const T *py = y.data_ptr<T>(), *pz = z.data_ptr<T>(), *pw = w.data_ptr<T>();
+    const int64_t sy = y.stride(0), sz = z.stride(0);
+    T *po = out.data_ptr<T>(), *pr = rstd.data_ptr<T>();
+    at::parallel_for(0, R, 16, [&](int64_t lo, int64_t hi) {
+      std::vector<T> hb(D);
+      for (int64_t r = lo; r < hi; ++r)
+        gn_forward_row<T>(py + r * sy, pz + r * sz, pw, po + r * D, pr + r * ng, hb.data(), D, gs, T(eps));
+    });
+  });
+  return {out, rstd};
+}
+
+std::vector<at::Tensor> gated_norm_backward(const at::Tensor& y, const at::Tensor& z, const at::Tensor& w,
+                                            const at::Tensor& rstd, const at::Tensor& go, int64_t gs) {
+  const int64_t R = y.size(0), D = y.size(1), ng = D / gs, nb = (R + ROWS - 1) / ROWS;
+  at::Tensor gy = at::empty({R, D}, y.options()), gz = at::empty({R, D}, y.options());
+  at::Tensor part = at::empty({nb, D}, y.options()), gw = at::empty({D}, y.options());
+  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "gated_norm_backward", [&] {
+    using T = scalar_t;
+    const T *py = y.data_ptr<T>(), *pz = z.data_ptr<T>(), *pw = w.data_ptr<T>(), *pr = rstd.data_ptr<T>();
+    const T* pg = go.data_ptr<T>();
+    const int64_t sy = y.stride(0), sz = z.stride(0);
+    T *pgy = gy.data_ptr<T>(), *pgz = gz.data_ptr<T>(), *pp = part.data_ptr<T>();
+    at::parallel_for(0, nb, 1, [&](int64_t blo, int64_t bhi) {
+      std::vector<T> sb(D), nbuf(D), gnb(D);
+      for (int64_t blk = blo; blk < bhi; ++blk) {
+        T* acc = pp + blk * D;
+        std::fill(acc, acc + D, T(0));
+        for (int64_t r = blk * ROWS; r < std::min(R, (blk + 1) * ROWS); ++r)
+          gn_backward_row<T>(py + r * sy, pz + r * sz, pw, pr + r * ng, pg + r * D, pgy + r * D, pgz + r * D, acc,
+                             sb.data(), nbuf.data(), gnb.data(), D, gs);
+      }
+    });
+    T* pgw = gw.data_ptr<T>();
+    std::fill(pgw, pgw + D, T(0));
+    for (int64_t blk = 0; blk < nb; ++blk)
+      for (int64_t d = 0; d < D; ++d) pgw[d] += pp[blk * D + d];
+  });
+  return {gy, gz, gw};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(dlmlab_ssd, m) {
@@ -334,4 +476,7 @@ TORCH_LIBRARY(dlmlab_ssd, m) {
         &ssd_forward);
   m.def("backward(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D, Tensor gy, Tensor hck, int chunk)"
         " -> Tensor[]", &ssd_backward);
+  m.def("gated_norm_forward(Tensor y, Tensor z, Tensor w, int gs, float eps) -> Tensor[]", &gated_norm_forward);
+  m.def("gated_norm_backward(Tensor y, Tensor z, Tensor w, Tensor rstd, Tensor go, int gs) -> Tensor[]",
+        &gated_norm_backward);
 }
