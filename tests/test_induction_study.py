@@ -28,13 +28,21 @@ def test_smoke_pipeline_writes_everything(tmp_path):
     r2 = next(c for c in res["claims"] if c["id"] == "mask_rate_probe_r2")
     assert isinstance(r2["evidence"]["value"], float)
     names = {f["path"] for f in res["figures"]}
-    for n in ("attention_patterns", "ablation_heatmap", "context_bars", "probe_r2", "emergence", "local_window"):
+    for n in ("attention_patterns", "ablation_heatmap", "context_bars", "probe_r2", "emergence", "local_window",
+              "heads_twoways"):
         assert f"figures/{n}.png" in names and (tmp_path / "figures" / f"{n}.png").stat().st_size > 1000
     models = res["results"]["models"]
     assert set(models) == {"ar_L1", "dlm_L1", "ar_L2", "dlm_L2"}
     m = models["dlm_L2"]
     assert len(m["probe"]["r2"]) == 3 and len(m["emergence"]["curve"]) == 2
     assert m["accuracy"]["reverse"]["both"] is not None and models["ar_L2"]["accuracy"]["forward"]["both"] is None
+    # the heads measured two ways (masked / unmasked random / unmasked text), over training, and their cost
+    assert set(m["heads_twoways"]["summary"]) == {"masked", "random", "text"}
+    assert set(models["ar_L2"]["heads_twoways"]["summary"]) == {"random", "text"}  # the AR never sees a mask
+    assert len(m["heads_twoways"]["summary"]["random"]["induction"]["curve"]) == 2
+    cost = res["results"]["heads_twoways_cost"]
+    assert 0 < cost["seconds"] < cost["analyse_seconds"] and 0 < cost["fraction_of_jobs"] < cost["fraction_of_analysis"]
+    assert "Heads measured two ways" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "report.md").read_text().startswith("# Induction")
     # a second run reuses the trained checkpoints
     t0 = time.time()

@@ -20,6 +20,7 @@ import torch
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.results import _clean
 from dlmlab.studies.induction import figures as figs
+from dlmlab.studies.induction import heads_twoways as twoways
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
 from dlmlab.studies.induction.claims import CLAIM_IDS, all_claims
 from dlmlab.studies.induction.presets import PRESETS, InductionPreset
@@ -125,7 +126,53 @@ def _tables(models: dict) -> list[Table]:
                 for k in keys if "emergence" in models[k]])
     tr = Table("Training", ["model", "final loss", "train seconds (this invocation; ~0 when a finished run is reused)"],
                [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
-    return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr]
+    return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr, *_twoways_tables(models, keys)]
+
+
+def _twoways_tables(models: dict, keys: list[str]) -> list[Table]:
+    """The heads measured two ways (15%-masked vs unmasked random / text rows), final and over training."""
+    rows = []
+    for k in keys:
+        tw = models[k].get("heads_twoways")
+        if not tw:
+            continue
+        jump = models[k].get("emergence", {}).get("midpoint_step")
+        for cond, sc in tw["summary"].items():
+            row = [k, cond, tw["n_seqs"][cond], jump]
+            for name in ("prev", "next", "induction", "induction_masked_queries"):
+                s = sc.get(name)
+                row += ["L{}H{}".format(*s["head"]), s["final"], s["first_step_at_threshold"]] if s else [None] * 3
+            rows.append(row)
+    cols = ["model", "input", "rows", "accuracy jump step"]
+    for name in ("prev L0", "next L0", "induction", "induction (masked queries)"):
+        cols += [f"{name} head", f"{name} score", f"{name} first step >= thr"]
+    return [Table("Heads measured two ways: best head per score on the 15%-masked evaluation rows (DLM), unmasked "
+                  "random rows and unmasked repeated text; final score and the first checkpoint step at which the best "
+                  f"score reaches {twoways.PREV_NEXT_FORMED} (previous/next-token, layer 0) or "
+                  f"{twoways.INDUCTION_FORMED} (induction, layers >= 1); accuracy jump = midpoint step of the accuracy "
+                  "curve", cols, rows), _cost_table(models, keys)]
+
+
+def _cost_table(models: dict, keys: list[str]) -> Table:
+    c = twoways_cost(models)
+    rows = [[k, models[k]["heads_twoways"]["seconds"], models[k]["train"]["seconds"],
+             models[k]["train"].get("analyse_seconds")] for k in keys if "heads_twoways" in models[k]]
+    rows.append(["all (fraction of training + analysis: {:.4f}; of analysis: {:.4f})".format(
+        c["fraction_of_jobs"] or float("nan"), c["fraction_of_analysis"] or float("nan")),
+        c["seconds"], c["train_seconds"], c["analyse_seconds"]])
+    return Table("Cost of the two-ways head scores (final model + every checkpoint) vs the job's training and "
+                 "analysis, seconds in this invocation", ["model", "two-ways seconds", "train seconds",
+                                                         "analysis seconds"], rows)
+
+
+def twoways_cost(models: dict) -> dict:
+    """Seconds the two-ways head scores took vs the jobs' training + analysis seconds (summed over models)."""
+    tw = sum(m.get("heads_twoways", {}).get("seconds", 0.0) for m in models.values())
+    train = sum(m["train"]["seconds"] for m in models.values())
+    analyse = sum(m["train"].get("analyse_seconds", 0.0) for m in models.values())
+    return {"seconds": tw, "train_seconds": train, "analyse_seconds": analyse,
+            "fraction_of_jobs": tw / (train + analyse) if train + analyse > 0 else None,
+            "fraction_of_analysis": tw / analyse if analyse > 0 else None}
 
 
 def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, mask_id: int, seed: int) -> list:
@@ -155,8 +202,10 @@ def _train_and_analyse(p: InductionPreset, data, n_layers: int, objective: str, 
     ts = time.time()
     model, hist = train_model(p, data, n_layers, objective, run_dir, progress)
     secs = time.time() - ts
+    ta = time.time()
     meas = analyse_model(model, objective, p, data.vocab, eval_tokens, probe_tokens, run_dir, progress, text_tokens)
-    meas["train"] = {"final_loss": hist[-1]["loss"] if hist else None, "seconds": secs}
+    meas["train"] = {"final_loss": hist[-1]["loss"] if hist else None, "seconds": secs,
+                     "analyse_seconds": time.time() - ta}
     return _clean(meas)
 
 
@@ -230,9 +279,11 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
         figs.local_window_figure(out, models),
         figs.probe_figure(out, models),
         figs.emergence_figure(out, models),
+        figs.heads_twoways_figure(out, models),
     ]
     setup = _setup(p, data)
-    res = StudyResult(study="induction", preset=preset, config=dataclasses.asdict(p), results={"models": models},
+    results = {"models": models, "heads_twoways_cost": twoways_cost(models)}
+    res = StudyResult(study="induction", preset=preset, config=dataclasses.asdict(p), results=results,
                       tables=_tables(models), figures=figures, claims=claims, wall_time_s=time.time() - t0,
                       setup=setup)
     write_study(out, res, TITLE)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
 from dlmlab.analysis import ablation, circuits, emergence, fold, head_sets, heads, induction, timestep
 from dlmlab.objectives.mdlm import corrupt
+from dlmlab.studies.induction import heads_twoways as twoways
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab
 
@@ -75,6 +77,11 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         text_in = text_tokens if objective == "ar" else lightly_masked(text_tokens, mid, seed=p.seed)
         r["prev_token_scores_text"] = heads.previous_token_scores(model, text_in)
         r["next_token_scores_text"] = heads.next_token_scores(model, text_in)
+    # the heads measured two ways: on 15%-masked (DLM) and on unmasked random / text rows, a few rows each
+    tw_t0 = time.perf_counter()
+    tw_inputs = twoways.twoway_inputs(eval_tokens, head_input if objective == "dlm" else None, text_tokens)
+    tw_final = twoways.all_scores(model, tw_inputs, objective, mid)
+    tw_seconds = time.perf_counter() - tw_t0
     init = untrained_like(model, p, vocab, objective)  # control: the same shape at initialisation
     r["prev_token_scores_init"] = heads.previous_token_scores(init, head_input)
     r["next_token_scores_init"] = heads.next_token_scores(init, head_input)
@@ -132,7 +139,32 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
             metrics["next_layer0"] = lambda m: float(heads.next_token_scores(m, head_input[:32])[0].max())
             metrics["probe_r2_block0"] = lambda m: timestep.mask_rate_probe(
                 m, probe_tokens[:128], mid, seed=p.seed, t_range=(p.t_min, p.t_max)).r2[1]
-        curves = emergence.checkpoint_curves(model, run_dir, metrics, progress=progress)
+        names = list(metrics)
+        tw_clock = [0.0]
+
+        def tw_metric(m):  # the two-ways head scores at this checkpoint (timed: its share of the study's cost)
+            t = time.perf_counter()
+            out = twoways.all_scores(m, tw_inputs, objective, mid)
+            tw_clock[0] += time.perf_counter() - t
+            return out
+
+        # one pass over the checkpoints: the same values as emergence.checkpoint_curves(model, run_dir, metrics)
+        rows = emergence.checkpoint_curve(model, run_dir, lambda m: [*(float(metrics[n](m)) for n in names),
+                                                                     tw_metric(m)], progress)
+        curves = {n: [(step, vals[i]) for step, vals in rows] for i, n in enumerate(names)}
+        tw_curves = [(step, vals[-1]) for step, vals in rows]
+        tw_seconds += tw_clock[0]
         r["emergence"] = {"curve": curves["accuracy"], **emergence.jump_step(curves["accuracy"]),
                           "curves": {k: v for k, v in curves.items() if k != "accuracy"}}
+    else:
+        tw_curves = []
+    r["heads_twoways"] = {
+        "inputs": {"masked": "the first rows of the evaluation input (15% masked)", "random": "the first evaluation "
+                   "rows [r r], unmasked", "text": "[w w]: a held-out text window w of half the length, repeated, "
+                   "unmasked"},
+        "n_seqs": {c: int(x.shape[0]) for c, x in tw_inputs.items()},
+        "final": tw_final,
+        "summary": twoways.summarise(tw_final, tw_curves, len(model.blocks), r.get("emergence")),
+        "seconds": tw_seconds,  # final scores + every checkpoint's (one forward per input each)
+    }
     return r

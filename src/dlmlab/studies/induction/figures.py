@@ -141,3 +141,47 @@ def local_window_figure(out: Path, models: dict[str, dict]) -> dict:
     return save_figure(fig, out, "local_window",
                        "Local-window sensitivity: target alone vs +-1, only +-2, and +-1/+-2 neighbours also masked, "
                        "and two far positions masked instead (the control); low background mask rate.")
+
+
+TWOWAYS_STYLE = {"masked": ("-", "C0", "15%-masked eval rows"), "random": ("--", "C1", "unmasked random rows"),
+                 "text": (":", "C2", "unmasked repeated text")}
+
+
+def heads_twoways_figure(out: Path, models: dict[str, dict]) -> dict:
+    """One row per model: the best layer-0 previous-/next-token score and the best induction score (layers >= 1)
+    over checkpoints, one line per input (15%-masked / unmasked random / unmasked text); grey: forward accuracy,
+    dotted vertical: the accuracy curve's midpoint (jump) step."""
+    keys = sorted((k for k in models if models[k].get("heads_twoways")),
+                  key=lambda k: (models[k]["n_layers"], models[k]["objective"]))
+    scores = (("prev", "best layer-0 previous-token score"), ("next", "best layer-0 next-token score"),
+              ("induction", "best induction score (layers >= 1)"))
+    fig, axes = new_figure(ncols=len(scores), nrows=max(1, len(keys)), width=3.6, height=2.6)
+    for r, k in enumerate(keys):
+        m = models[k]
+        summary = m["heads_twoways"]["summary"]
+        e = m.get("emergence")
+        for c, (name, title) in enumerate(scores):
+            ax = axes[r][c]
+            if e:
+                steps, vals = zip(*e["curve"])
+                ax.plot(steps, vals, color="0.6", lw=1.2, label="forward induction accuracy")
+                if e.get("midpoint_step") is not None:
+                    ax.axvline(e["midpoint_step"], color="0.4", ls=":", lw=0.8)
+            for cond, sc in summary.items():
+                s = sc.get(name)
+                if not s or not s["curve"]:
+                    continue
+                ls, col, lab = TWOWAYS_STYLE.get(cond, ("-", "C3", cond))
+                steps, vals, _ = zip(*s["curve"])
+                ax.plot(steps, vals, ls=ls, color=col, marker=".", ms=3,
+                        label=f"{lab} (final L{s['head'][0]}H{s['head'][1]})")
+            ax.set_ylim(0, 1.05)
+            ax.set_title(f"{k}: {title}", fontsize=8)
+            ax.set_xlabel("training step", fontsize=7)
+            ax.tick_params(labelsize=6)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=5)
+    return save_figure(fig, out, "heads_twoways",
+                       "Heads measured two ways over training: each score's best head on the 15%-masked evaluation "
+                       "rows (DLMs), on unmasked random rows and on unmasked repeated text (a few rows each); grey: "
+                       "forward induction accuracy, dotted: its jump (midpoint) step.")
