@@ -8,10 +8,12 @@ Same recurrence and shapes as :func:`dlmlab.models.ssd.ssd_scan_ref`, with the `
 ``y`` [B,T,H,P].  The kernel runs the recurrence step by step per (batch, head) with the state
 [N,P] in a local array (vectorised over P), so neither [B,T,H,P,N] nor the chunked algorithm's
 [B,H,c,L,L] decay matrices are stored.  Training keeps only checkpoints of the state every
-``chunk`` steps ([B,H,T/chunk,N,P]); the backward recomputes one chunk at a time and runs the
-adjoint recurrence in reverse time.  Work is split over (batch, head) with torch's intra-op
-threads; the sums over heads (dB, dC) and over the batch (dA, dD) are taken afterwards in a fixed
-order, so results do not depend on the thread count.
+``chunk`` steps ([B,H,T/chunk,P,N]); the backward recomputes one chunk at a time and runs the
+adjoint recurrence in reverse time.  Work is split with torch's intra-op threads over (batch,
+head) in the forward and (batch, group) in the backward, whose heads run in order and add their
+dB, dC; dA, dD are summed over the batch afterwards in a fixed order, so results do not depend
+on the thread count.  ``x``, ``Bm``, ``Cm`` may be strided over batch and time (slices of the
+Mamba-2 block's ``xBC``): they are read in place, not copied.
 
 The extension is compiled once per user, source, flags, torch/Python version and CPU (the same
 flags and cache root as :mod:`dlmlab.models.fused_scan`) into
@@ -67,6 +69,11 @@ def available() -> bool:
     return load_extension() is not None
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [B,T,K,M] as is when each [K,M] row is contiguous (strides over B and T are free), else a copy."""
+    return t if t.stride(3) == 1 and (t.shape[2] == 1 or t.stride(2) == t.shape[3]) else t.contiguous()
+
+
 class _FusedSSD(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dt, A, Bm, Cm, D, chunk: int):
@@ -103,7 +110,8 @@ def fused_ssd_scan(x, dt, A, Bm, Cm, D=None, chunk: int = 16):
     if not usable or x.shape[1] == 0 or load_extension() is None:
         y = ssd_scan(x, dt, A, Bm[:, :, 0] if squeeze else Bm, Cm[:, :, 0] if squeeze else Cm)
         return y if D is None else y + x * D[:, None]
-    x, dt, A, Bm, Cm = (t.contiguous() for t in (x, dt, A, Bm, Cm))
+    x, Bm, Cm = _rows(x), _rows(Bm), _rows(Cm)  # slices of one projection are read in place
+    dt, A = dt.contiguous(), A.contiguous()
     D_ = x.new_zeros(H) if D is None else D.contiguous()
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in given)):
         return load_extension().forward(x, dt, A, Bm, Cm, D_, chunk, False)[0]

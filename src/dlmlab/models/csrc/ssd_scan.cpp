@@ -64,9 +64,12 @@ struct Sz {
   int64_t Bs, T, H, P, G, N, R, chunk, nck;
 };
 
+// Inputs; x, B, C may be strided over (batch, time) (e.g. slices of one projection): element
+// [b,t,h,p] of x is x[b * xb + t * xt + h * P + p], [b,t,g,n] of B is B[b * Bb + t * Bt + g * N + n].
 template <typename T>
 struct Ptr {
   const T *x, *dt, *A, *B, *C, *D;
+  int64_t xb, xt, Bb, Bt, Cb, Ct;
 };
 
 // One (batch, head) item forward, state S [N][P] (vectorised over P); PC = P when known at compile
@@ -84,9 +87,9 @@ void forward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, T* y, T* 
     }
     const int64_t row = (b * s.T + t) * H + h;
     const T dtv = in.dt[row], a = std::exp(dtv * Ah);
-    const T* xr = in.x + row * P;
-    const T* Br = in.B + ((b * s.T + t) * s.G + g) * N;
-    const T* Cr = in.C + ((b * s.T + t) * s.G + g) * N;
+    const T* xr = in.x + b * in.xb + t * in.xt + h * P;
+    const T* Br = in.B + b * in.Bb + t * in.Bt + g * N;
+    const T* Cr = in.C + b * in.Cb + t * in.Ct + g * N;
     for (int64_t p = 0; p < P; ++p) { u[p] = dtv * xr[p]; yv[p] = Dh * xr[p]; }
     if constexpr (PC > 0 && PC % Vec<T>::L == 0) {
       // P known: u and the y accumulators stay in registers.
@@ -141,7 +144,7 @@ void forward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, T* y, T* 
 
 template <typename T>
 struct Grads {
-  T *gx, *gdt, *gBh, *gCh, *gA_part, *gD_part;  // gBh, gCh [Bs,T,H,N]; gA_part, gD_part [Bs,H]
+  T *gx, *gdt, *gB, *gC, *gA_part, *gD_part;  // gB, gC [Bs,T,G,N] (contiguous); gA_part, gD_part [Bs,H]
 };
 
 // One (batch, head) item backward, given gy = dL/dy; states and adjoints are [P][N] (vectorised
@@ -159,8 +162,8 @@ void backward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, const T*
     for (int64_t i = 0; i < len; ++i) {  // recompute the states of this chunk (the forward's operations)
       const int64_t t = t0 + i, row = (b * s.T + t) * H + h;
       const T dtv = in.dt[row], a = std::exp(dtv * Ah);
-      const T* xr = in.x + row * P;
-      const T* Br = in.B + ((b * s.T + t) * s.G + grp) * N;
+      const T* xr = in.x + b * in.xb + t * in.xt + h * P;
+      const T* Br = in.B + b * in.Bb + t * in.Bt + grp * N;
       T* ui = ubuf + i * P;
       for (int64_t p = 0; p < P; ++p) ui[p] = dtv * xr[p];
       abuf[i] = a;
@@ -175,10 +178,10 @@ void backward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, const T*
     for (int64_t i = len - 1; i >= 0; --i) {
       const int64_t t = t0 + i, row = (b * s.T + t) * H + h;
       const T dtv = in.dt[row];
-      const T* xr = in.x + row * P;
+      const T* xr = in.x + b * in.xb + t * in.xt + h * P;
       const T* gyr = gy + row * P;
-      const T* __restrict__ Br = in.B + ((b * s.T + t) * s.G + grp) * N;
-      const T* __restrict__ Cr = in.C + ((b * s.T + t) * s.G + grp) * N;
+      const T* __restrict__ Br = in.B + b * in.Bb + t * in.Bt + grp * N;
+      const T* __restrict__ Cr = in.C + b * in.Cb + t * in.Ct + grp * N;
       const T* ui = ubuf + i * P;
       const T* __restrict__ St = Sbuf + (i + 1) * NP;
       const T* __restrict__ Sp = Sbuf + i * NP;
@@ -238,8 +241,15 @@ void backward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, const T*
         }
         for (int64_t n = 0; n < N; ++n) da += dav[n];
       }
-      std::copy(dB, dB + N, g.gBh + row * N);
-      std::copy(dC, dC + N, g.gCh + row * N);
+      // the heads of a group run one after another in one work item: the first writes, the rest add
+      T* oB = g.gB + ((b * s.T + t) * s.G + grp) * N;
+      T* oC = g.gC + ((b * s.T + t) * s.G + grp) * N;
+      if (h % s.R == 0) {
+        std::copy(dB, dB + N, oB);
+        std::copy(dC, dC + N, oC);
+      } else {
+        for (int64_t n = 0; n < N; ++n) { oB[n] += dB[n]; oC[n] += dC[n]; }
+      }
       g.gdt[row] = ddt + da * abuf[i] * Ah;
       gA += da * abuf[i] * dtv;
       gD += dd;
@@ -258,6 +268,17 @@ Sz sizes(const at::Tensor& x, const at::Tensor& B, int64_t chunk) {
   return s;
 }
 
+template <typename T>
+Ptr<T> ptrs(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
+            const at::Tensor& D) {
+  auto rows_ok = [](const at::Tensor& t) { return t.stride(3) == 1 && (t.size(2) == 1 || t.stride(2) == t.size(3)); };
+  TORCH_CHECK(rows_ok(x), "ssd: x needs contiguous [H,P] rows");
+  TORCH_CHECK(rows_ok(B) && rows_ok(C), "ssd: B and C need contiguous [G,N] rows");
+  TORCH_CHECK(dt.is_contiguous() && A.is_contiguous() && D.is_contiguous(), "ssd: dt, A, D must be contiguous");
+  return Ptr<T>{x.data_ptr<T>(), dt.data_ptr<T>(), A.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(), D.data_ptr<T>(),
+                x.stride(0), x.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1)};
+}
+
 // Calls f with std::integral_constant<int, v> for the common sizes v (0: any other size).
 template <typename F>
 void dispatch_size(int64_t v, F&& f) {
@@ -272,12 +293,11 @@ std::vector<at::Tensor> ssd_forward(const at::Tensor& x, const at::Tensor& dt, c
                                     const at::Tensor& B, const at::Tensor& C, const at::Tensor& D,
                                     int64_t chunk, bool keep) {
   const Sz s = sizes(x, B, chunk);
-  at::Tensor y = at::empty_like(x);
+  at::Tensor y = at::empty({s.Bs, s.T, s.H, s.P}, x.options());
   at::Tensor hck = keep ? at::empty({s.Bs, s.H, s.nck, s.N, s.P}, x.options()) : at::empty({0}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ssd_forward", [&] {
     using T = scalar_t;
-    const Ptr<T> in{x.data_ptr<T>(), dt.data_ptr<T>(), A.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(),
-                    D.data_ptr<T>()};
+    const Ptr<T> in = ptrs<T>(x, dt, A, B, C, D);
     T* py = y.data_ptr<T>();
     T* ph = keep ? hck.data_ptr<T>() : nullptr;
     dispatch_size(s.P, [&](auto pc) {
@@ -295,43 +315,28 @@ std::vector<at::Tensor> ssd_backward(const at::Tensor& x, const at::Tensor& dt, 
                                      const at::Tensor& B, const at::Tensor& C, const at::Tensor& D,
                                      const at::Tensor& gy, const at::Tensor& hck, int64_t chunk) {
   const Sz s = sizes(x, B, chunk);
-  at::Tensor gx = at::empty_like(x), gdt = at::empty_like(dt);
-  at::Tensor gBh = at::empty({s.Bs, s.T, s.H, s.N}, x.options()), gCh = at::empty_like(gBh);
+  at::Tensor gx = at::empty({s.Bs, s.T, s.H, s.P}, x.options()), gdt = at::empty_like(dt);
   at::Tensor gAp = at::empty({s.Bs, s.H}, x.options()), gDp = at::empty_like(gAp);
-  at::Tensor gB = at::empty_like(B), gC = at::empty_like(C), gA = at::empty_like(A), gD = at::empty_like(D);
+  at::Tensor gB = at::empty({s.Bs, s.T, s.G, s.N}, x.options()), gC = at::empty_like(gB);
+  at::Tensor gA = at::empty_like(A), gD = at::empty_like(D);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ssd_backward", [&] {
     using T = scalar_t;
-    const Ptr<T> in{x.data_ptr<T>(), dt.data_ptr<T>(), A.data_ptr<T>(), B.data_ptr<T>(), C.data_ptr<T>(),
-                    D.data_ptr<T>()};
-    const Grads<T> g{gx.data_ptr<T>(), gdt.data_ptr<T>(), gBh.data_ptr<T>(), gCh.data_ptr<T>(),
+    const Ptr<T> in = ptrs<T>(x, dt, A, B, C, D);
+    const Grads<T> g{gx.data_ptr<T>(), gdt.data_ptr<T>(), gB.data_ptr<T>(), gC.data_ptr<T>(),
                      gAp.data_ptr<T>(), gDp.data_ptr<T>()};
     const T* pgy = gy.data_ptr<T>();
     const T* ph = hck.data_ptr<T>();
     dispatch_size(s.N, [&](auto nc) {
-      at::parallel_for(0, s.Bs * s.H, 1, [&](int64_t lo, int64_t hi) {
+      // work items: (batch, group); the heads of the group in order (dB, dC summed over them)
+      at::parallel_for(0, s.Bs * s.G, 1, [&](int64_t lo, int64_t hi) {
         const int64_t NP = s.N * s.P, L = s.chunk;
         std::vector<T> Sbuf((L + 1) * NP), Gs(NP), ubuf(L * s.P), abuf(L), dB(s.N), dC(s.N), dav(s.N);
         for (int64_t i = lo; i < hi; ++i)
-          backward_item<T, decltype(nc)::value>(s, i / s.H, i % s.H, in, pgy, ph, g, Sbuf.data(), Gs.data(),
-                                                ubuf.data(), abuf.data(), dB.data(), dC.data(), dav.data());
+          for (int64_t r = 0; r < s.R; ++r)
+            backward_item<T, decltype(nc)::value>(s, i / s.G, (i % s.G) * s.R + r, in, pgy, ph, g, Sbuf.data(),
+                                                  Gs.data(), ubuf.data(), abuf.data(), dB.data(), dC.data(),
+                                                  dav.data());
       });
-    });
-    // dB, dC: sum over the R heads of each group, in order; dA, dD: sum over the batch, in order.
-    const T *pBh = gBh.data_ptr<T>(), *pCh = gCh.data_ptr<T>();
-    T *pB = gB.data_ptr<T>(), *pC = gC.data_ptr<T>();
-    at::parallel_for(0, s.Bs * s.T, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t bt = lo; bt < hi; ++bt)
-        for (int64_t gg = 0; gg < s.G; ++gg) {
-          T* ob = pB + (bt * s.G + gg) * s.N;
-          T* oc = pC + (bt * s.G + gg) * s.N;
-          for (int64_t n = 0; n < s.N; ++n) { ob[n] = T(0); oc[n] = T(0); }
-          for (int64_t r = 0; r < s.R; ++r) {
-            const int64_t hh = gg * s.R + r;
-            const T* ib = pBh + (bt * s.H + hh) * s.N;
-            const T* ic = pCh + (bt * s.H + hh) * s.N;
-            for (int64_t n = 0; n < s.N; ++n) { ob[n] += ib[n]; oc[n] += ic[n]; }
-          }
-        }
     });
     const T *pAp = gAp.data_ptr<T>(), *pDp = gDp.data_ptr<T>();
     T *pA = gA.data_ptr<T>(), *pD = gD.data_ptr<T>();
