@@ -168,7 +168,7 @@ def test_fold_equals_frozen_scale_model(norm, d_mlp, mlp):
     scales = fold.norm_scales(m, x)
     n_norms = 2 * 2 + 1 if d_mlp else 2 + 1
     assert len(scales) == n_norms and all(s > 0 for s in scales.values())
-    folded = fold.fold_layernorm(m, scales)
+    folded = fold.fold_ln_frozen_scale(m, scales)
     frozen = fold.freeze_norm_scales(m, scales)
     assert not any(isinstance(mod, (torch.nn.LayerNorm,)) for mod in folded.modules())
     assert folded.cfg.norm == "none"
@@ -188,11 +188,11 @@ def test_fold_exact_when_scale_is_constant():
         m.pos_emb.weight.zero_()
         e = e - e.mean(-1, keepdim=True)
         m.tok_emb.weight.copy_(e / e.std(-1, unbiased=False, keepdim=True) * 0.7)
-    folded = fold.fold_layernorm(m, fold.norm_scales(m, x))
+    folded = fold.fold_ln_frozen_scale(m, fold.norm_scales(m, x))
     assert torch.allclose(folded(x), m(x), atol=1e-6)
 
 
 def test_fold_rejects_missing_scale():
     m = tiny()
     with pytest.raises(KeyError, match="no frozen scale"):
-        fold.fold_layernorm(m, {})
+        fold.fold_ln_frozen_scale(m, {})

@@ -81,7 +81,7 @@ def test_cli_run_writes_model_json_and_old_runs_still_load(tmp_path):
 
 
 def test_resume_of_another_family_checks_its_fields(tmp_path, capsys):
-    model = "{family: lstm, d_model: 8, n_layers: 1}"
+    model = "{family: lstm, d_model: 8, n_layers: 1, hidden_size: 8}"
     out = tmp_path / "run"
     assert main(["train", str(yaml_cfg(tmp_path, model)), "--out", str(out)]) == 0
     assert main(["train", str(yaml_cfg(tmp_path, model)), "--out", str(out)]) == 0  # resumed: nothing left

@@ -5,16 +5,17 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def load(path, dtype=None, device=None) -> Loaded:  # noqa: F821 (imported on first use)
+def load(path, dtype=None, device=None, step=None) -> Loaded:  # noqa: F821 (imported on first use)
     """Load a trained run folder, one of its checkpoint folders, or a Hugging Face model folder, in one call.
 
     Returns a :class:`dlmlab.loading.Loaded` (model in eval mode, tokenizer, objective "ar" | "mdlm",
-    mask_id, shift_logits, family, source, format); see :mod:`dlmlab.loading`.  (Imported on first
+    mask_id, shift_logits, family, source, format); ``step=N`` loads checkpoint N of a run folder; see
+    :mod:`dlmlab.loading`.  (Imported on first
     use, so ``import dlmlab`` stays cheap.)
     """
     from dlmlab.loading import load as _load
 
-    return _load(path, dtype=dtype, device=device)
+    return _load(path, dtype=dtype, device=device, step=step)
 
 
 def __getattr__(name: str):

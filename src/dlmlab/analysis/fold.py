@@ -11,7 +11,7 @@ A pre-norm sublayer reads ``y = N(x) W^T + c`` with ``N(x) = w * P x / sigma(x) 
     reader of the residual stream is a LayerNorm (TransformerLens's ``center_writing_weights``).
     The folded model computes the same function: logits equal the original's to float round-off.
 
-:func:`fold_ln_frozen_scale` (formerly ``fold_layernorm``: a linearisation)
+:func:`fold_ln_frozen_scale` (a linearisation)
     also freezes ``sigma(x)`` to a constant ``s`` (its mean over a reference batch,
     :func:`norm_scales`) and removes the norm: ``y = x (P diag(w) W^T)/s + (W b + c)``, so the model
     from the residual stream to every sublayer input is linear.  That is an approximation:
@@ -255,7 +255,6 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
 
 
 
-fold_layernorm = fold_ln_frozen_scale  # the former name, still used by tests/test_induction_analysis.py
 
 
 @torch.no_grad()

@@ -301,7 +301,8 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
     want_logits = run.trace is not None and run.trace.logits
     return StepRecord(step=step, block=bi, block_span=span_, forwarded=forwarded, tokens=run.x.clone(),
                       committed=committed, confidence=conf, entropy=ent, activations=run.acts[n_before:],
-                      logits=blk.clone() if want_logits and blk is not None else None)
+                      logits=blk.clone() if want_logits and blk is not None else None,
+                      cache=run.cfg.cache, exact=run.exact)
 
 
 def generate(model, prompt: torch.Tensor, gen_len: int, cfg: DecodeConfig | None = None,
