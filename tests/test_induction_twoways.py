@@ -113,3 +113,24 @@ def test_reserved_ids_preset_differs_from_cpu_only_in_random_ids():
     a, b = dataclasses.asdict(PRESETS["cpu"]), dataclasses.asdict(PRESETS["cpu_reserved_ids"])
     assert {k for k in a if a[k] != b[k]} == {"random_ids"}
     assert a["random_ids"] == "text" and b["random_ids"] == "reserved"
+
+
+def test_compare_runs_prints_one_row_per_run_model_and_input(tmp_path, capsys):
+    import json
+
+    def m(prev, ind):
+        return {"prev": [[0.1, prev], [0.0, 0.0]], "next": [[0.6, 0.0], [0.0, 0.0]], "induction": [[0.0, 0.0], [ind, 0.1]]}
+
+    curves = [(100, {"random": m(0.2, 0.0), "text": m(0.1, 0.0)}), (200, {"random": m(0.7, 0.5), "text": m(0.6, 0.4)})]
+    summary = tw.summarise({"random": m(0.7, 0.5), "text": m(0.6, 0.4)}, curves, 2, {"midpoint_step": 200})
+    for name, ids in (("a", "text"), ("b", "reserved")):
+        (tmp_path / name).mkdir()
+        res = {"config": {"random_ids": ids}, "results": {"models": {
+            "dlm_L2": {"emergence": {"midpoint_step": 200}, "heads_twoways": {"summary": summary}}}}}
+        (tmp_path / name / "results.json").write_text(json.dumps(res))
+    assert tw.main([str(tmp_path / "a" / "results.json"), str(tmp_path / "b" / "results.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 + 4
+    assert out[2].startswith("| a | text | dlm_L2 | random | 200 | L0H1 0.70 (200) |")
+    assert "| b | reserved | dlm_L2 | text |" in out[5] and "L1H0 0.40 (200)" in out[5]
+    assert tw.main([]) == 2
