@@ -20,8 +20,8 @@ def test_identical_runs_have_no_differences(tmp_path, capsys):
     a, b = _study_dir(tmp_path / "a"), _study_dir(tmp_path / "b")
     assert main(["compare", str(a), str(b), "--exit-code"]) == 0
     out = capsys.readouterr().out
-    assert "0 flipped, 2 unchanged" in out and "0 numeric values differ" in out
-    assert "summary: 0 claims flipped, 0 numeric results differ, 0 studies missing" in out
+    assert "0 flipped, 0 verdicts changed, 2 unchanged" in out and "0 numeric values differ" in out
+    assert "summary: 0 claims flipped, 0 claim verdicts changed, 0 numeric results differ, 0 studies missing" in out
 
 
 def test_flipped_claims_and_numeric_differences(tmp_path, capsys):
@@ -29,15 +29,64 @@ def test_flipped_claims_and_numeric_differences(tmp_path, capsys):
     b = _study_dir(tmp_path / "b", holds=(False, False), scale=2.0)
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert "FLIPPED a_claim_0: holds -> does not hold" in out
+    assert "FLIPPED a_claim_0: holds -> does not hold (verdict reproduced -> inconclusive (unjudged))" in out
     assert "gap: 0.1 -> 0.2" in out
-    assert "1 flipped, 1 unchanged" in out
+    assert "1 flipped, 0 verdicts changed, 1 unchanged" in out
     # results.loss 1 -> 2, acc.mdlm .25 -> .5, table cells loss(ar) 1.25 -> 2.5, acc(mdlm) .25 -> .5
     assert "4 numeric values differ" in out
     assert "loss" in out and "acc.mdlm" in out and "table[a main table][ar][loss]" in out
     assert "+100.0%" in out
     assert main(["compare", str(a), str(b), "--exit-code"]) == 1
     capsys.readouterr()
+
+
+def test_verdict_and_reason_changes_are_reported(tmp_path, capsys):
+    """A verdict or its reason that changes while ``holds`` does not (both False) is reported, not "unchanged"."""
+    from dlmlab.report.claims import REPRODUCED, contradicted, not_run, underpowered
+
+    a = _study_dir(tmp_path / "a", holds=(underpowered("rope - learned [-0.1, 0.2] spans 0"), REPRODUCED,
+                                          not_run("no ARM")))
+    b = _study_dir(tmp_path / "b", holds=(contradicted("rope - learned [-0.53, -0.38] below 0"), REPRODUCED,
+                                          not_run("no ARM")))
+    assert main(["compare", str(a), str(b), "--exit-code"]) == 1  # a verdict change is a difference
+    out = capsys.readouterr().out
+    assert "VERDICT a_claim_0: inconclusive (underpowered) -> contradicted (still does not hold)" in out
+    assert "detail: rope - learned [-0.1, 0.2] spans 0 -> rope - learned [-0.53, -0.38] below 0" in out
+    assert "claims: 0 flipped, 1 verdicts changed, 2 unchanged" in out
+    assert "summary: 0 claims flipped, 1 claim verdicts changed" in out
+    assert "FLIPPED" not in out and "a_claim_1" not in out and "a_claim_2" not in out
+    # the reason alone changing (underpowered -> precondition) is a change too
+    from dlmlab.report.claims import precondition_failed
+
+    c = _study_dir(tmp_path / "c", holds=(precondition_failed("at chance"), REPRODUCED, not_run("no ARM")))
+    d = compare(load_run(a), load_run(c))[0]
+    assert [x[0]["id"] for x in d.reverdicted] == ["a_claim_0"] and d.same_claims == 2 and d.differs
+    assert main(["compare", str(a), str(c)]) == 0
+    assert "VERDICT a_claim_0: inconclusive (underpowered) -> inconclusive (precondition)" in capsys.readouterr().out
+    # a flip shows both verdicts
+    e = _study_dir(tmp_path / "e", holds=(REPRODUCED, REPRODUCED, not_run("no ARM")))
+    assert main(["compare", str(b), str(e)]) == 0
+    assert "FLIPPED a_claim_0: does not hold -> holds (verdict contradicted -> reproduced)" in capsys.readouterr().out
+
+
+def test_results_written_before_verdicts_compare_by_holds(tmp_path, capsys):
+    """A results.json without ``verdict`` reads as its ``holds`` implies (False: unjudged)."""
+    import json
+
+    from dlmlab.report.claims import contradicted
+
+    old = _study_dir(tmp_path / "old", holds=(True, False))
+    path = old / "results.json"
+    data = json.loads(path.read_text())
+    for c in data["claims"]:
+        for k in ("verdict", "reason", "detail"):
+            c.pop(k)
+    path.write_text(json.dumps(data))
+    new = _study_dir(tmp_path / "new", holds=(True, contradicted("below 0")))
+    assert main(["compare", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT a_claim_1: inconclusive (unjudged) -> contradicted (still does not hold)" in out
+    assert "0 flipped, 1 verdicts changed, 1 unchanged" in out
 
 
 def test_rtol_hides_small_differences(tmp_path):

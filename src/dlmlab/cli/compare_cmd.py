@@ -5,7 +5,9 @@ plus ``DIR/run_all.json``).  A single study is compared with the same study of a
 Two ``dlmlab train`` runs (or checkpoints, anything :func:`dlmlab.load` loads from a run) are compared as
 one section ``train``: the loaded model (family, objective, parameter count, step), ``eval.json``, the
 last ``metrics.jsonl`` row and every ``config.json`` field.
-Printed per study: claims that flipped (with their evidence side by side), claims present on one
+Printed per study: claims that flipped (``holds`` changed, with their evidence side by side), claims
+whose verdict or its reason changed while ``holds`` did not (e.g. ``pe_ordering: inconclusive (underpowered)
+-> contradicted``; a results.json written before verdicts reads as its ``holds`` implies), claims present on one
 side only, numeric results that differ (``results`` and table cells, largest relative difference
 first), other changed values, and studies present in one run only.
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.errors import UserError
+from dlmlab.report.claims import judgement_of
 from dlmlab.report.results import fmt, load_results as _load_results
 
 
@@ -168,7 +171,8 @@ class StudyDiff:
     only_in: str | None = None  # "A" / "B" when the study is present in one run only
     presets: tuple = (None, None)
     walls: tuple = (None, None)
-    flipped: list[tuple[dict, dict]] = field(default_factory=list)
+    flipped: list[tuple[dict, dict]] = field(default_factory=list)  # holds changed
+    reverdicted: list[tuple[dict, dict]] = field(default_factory=list)  # same holds, verdict or reason changed
     same_claims: int = 0
     claims_only: dict[str, list[str]] = field(default_factory=lambda: {"A": [], "B": []})
     numeric: list[tuple[str, float, float]] = field(default_factory=list)  # key, a, b
@@ -178,7 +182,7 @@ class StudyDiff:
 
     @property
     def differs(self) -> bool:
-        return bool(self.only_in or self.flipped or self.numeric or self.changed
+        return bool(self.only_in or self.flipped or self.reverdicted or self.numeric or self.changed
                     or self.claims_only["A"] or self.claims_only["B"] or self.keys_only["A"] or self.keys_only["B"])
 
 
@@ -196,6 +200,8 @@ def diff_study(name: str, a: dict, b: dict, rtol: float = 1e-9) -> StudyDiff:
             d.claims_only["A"].append(cid)
         elif c.get("holds") != cb[cid].get("holds"):
             d.flipped.append((c, cb[cid]))
+        elif _verdict_key(c) != _verdict_key(cb[cid]):
+            d.reverdicted.append((c, cb[cid]))
         else:
             d.same_claims += 1
     d.claims_only["B"] = [cid for cid in cb if cid not in ca]
@@ -253,6 +259,29 @@ def _holds(h: Any) -> str:
     return "n/a" if h is None else ("holds" if h else "does not hold")
 
 
+def _verdict_key(c: dict) -> tuple[str, str | None]:
+    j = judgement_of(c)
+    return j.verdict, j.reason
+
+
+def _verdict(c: dict) -> str:
+    """``reproduced`` / ``contradicted`` / ``inconclusive (underpowered)`` of a results.json claim."""
+    return judgement_of(c).label()
+
+
+def _claim_lines(ca: dict, cb: dict) -> list[str]:
+    """The evidence and verdict detail that differ between two versions of a claim, one line each."""
+    lines = []
+    ev_a, ev_b = ca.get("evidence") or {}, cb.get("evidence") or {}
+    for k in list(dict.fromkeys([*ev_a, *ev_b])):
+        if ev_a.get(k) != ev_b.get(k):
+            lines.append(f"      {k}: {_v(ev_a.get(k))} -> {_v(ev_b.get(k))}")
+    da, db = judgement_of(ca).detail, judgement_of(cb).detail
+    if da != db:
+        lines.append(f"      detail: {da or '-'} -> {db or '-'}")
+    return lines
+
+
 def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
     from dlmlab.report.html import fmt_duration
 
@@ -260,7 +289,7 @@ def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
         lines = [f"A: {a.path}  (training run)", f"B: {b.path}  (training run)"]
     else:
         lines = [f"A: {a.path}  ({a.kind}, preset {a.preset})", f"B: {b.path}  ({b.kind}, preset {b.preset})"]
-    tot = {"flipped": 0, "numeric": 0, "missing": 0}
+    tot = {"flipped": 0, "verdicts": 0, "numeric": 0, "missing": 0}
     for d in diffs:
         lines.append("")
         if d.only_in:
@@ -281,15 +310,18 @@ def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
             if d.presets[0] != d.presets[1]:
                 head += f"  PRESET {d.presets[0]} -> {d.presets[1]}"
             lines.append(head)
-            lines.append(f"claims: {len(d.flipped)} flipped, {d.same_claims} unchanged"
+            lines.append(f"claims: {len(d.flipped)} flipped, {len(d.reverdicted)} verdicts changed, "
+                         f"{d.same_claims} unchanged"
                          + (f", only in A: {', '.join(d.claims_only['A'])}" if d.claims_only["A"] else "")
                          + (f", only in B: {', '.join(d.claims_only['B'])}" if d.claims_only["B"] else ""))
         for ca, cb in d.flipped:
-            lines.append(f"  FLIPPED {ca['id']}: {_holds(ca.get('holds'))} -> {_holds(cb.get('holds'))}")
-            ev_a, ev_b = ca.get("evidence") or {}, cb.get("evidence") or {}
-            for k in list(dict.fromkeys([*ev_a, *ev_b])):
-                if ev_a.get(k) != ev_b.get(k):
-                    lines.append(f"      {k}: {_v(ev_a.get(k))} -> {_v(ev_b.get(k))}")
+            lines.append(f"  FLIPPED {ca['id']}: {_holds(ca.get('holds'))} -> {_holds(cb.get('holds'))} "
+                         f"(verdict {_verdict(ca)} -> {_verdict(cb)})")
+            lines += _claim_lines(ca, cb)
+        for ca, cb in d.reverdicted:
+            lines.append(f"  VERDICT {ca['id']}: {_verdict(ca)} -> {_verdict(cb)} "
+                         f"(still {_holds(ca.get('holds'))})")
+            lines += _claim_lines(ca, cb)
         lines.append(f"results: {len(d.numeric)} numeric values differ, {len(d.changed)} other values changed "
                      f"(of {d.n_compared} compared)")
         if d.numeric:
@@ -311,13 +343,14 @@ def render(a: Run, b: Run, diffs: list[StudyDiff], max_rows: int = 25) -> str:
                 more = " ..." if len(ks) > 8 else ""
                 lines.append(f"  {len(ks)} values only in {side}: " + ", ".join(ks[:8]) + more)
         tot["flipped"] += len(d.flipped)
+        tot["verdicts"] += len(d.reverdicted)
         tot["numeric"] += len(d.numeric)
     if a.kind == "train":
         d = diffs[0]
         lines += ["", f"summary: {len(d.numeric)} numeric values differ, {len(d.changed)} other values changed"]
     else:
-        lines += ["", f"summary: {tot['flipped']} claims flipped, {tot['numeric']} numeric results differ, "
-                  f"{tot['missing']} studies missing on one side"]
+        lines += ["", f"summary: {tot['flipped']} claims flipped, {tot['verdicts']} claim verdicts changed, "
+                  f"{tot['numeric']} numeric results differ, {tot['missing']} studies missing on one side"]
     return "\n".join(lines)
 
 

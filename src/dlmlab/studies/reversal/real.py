@@ -27,6 +27,7 @@ from dlmlab.models import Transformer
 from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.report import Table, claim
+from dlmlab.report.claims import combine, underpowered, verdict_from_interval
 from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
 from dlmlab.studies.reversal.presets import RealDataPreset
@@ -265,23 +266,30 @@ def real_table(real: dict) -> Table:
 
 
 def real_claim(real: dict):
-    """MDM minus ARM reverse accuracy, paired by seed, per PE: holds when every PE's 95% interval is above 0."""
+    """MDM minus ARM reverse accuracy, paired by seed, per PE: holds when every PE's 95% interval is above 0.
+
+    Verdict: fewer than ``MIN_SEEDS`` seeds -> inconclusive / underpowered; else each PE's interval decides its
+    part (above 0: reproduced; below 0: contradicted; reaching 0: underpowered) and the parts are combined."""
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
     ev: dict = {"seeds": real["seeds"], "chance": real["chance"]}
-    holds = len(real["seeds"]) >= MIN_SEEDS
+    enough = len(real["seeds"]) >= MIN_SEEDS
+    holds, parts = enough, []
     for pe in pes:
         mdm, arm = _per_seed(real, "mdm", pe, "reverse_acc"), _per_seed(real, "arm", pe, "reverse_acc")
         d = paired_diff_ci(mdm, arm)
         holds = holds and d.lo > 0
+        parts.append(verdict_from_interval(d.lo, d.hi, what=f"{pe} MDM - ARM reverse accuracy"))
         ev |= {f"mdm_reverse_acc_{pe}": mdm, f"arm_reverse_acc_{pe}": arm,
                f"mdm_minus_arm_{pe}": d.mean, f"mdm_minus_arm_{pe}_ci95": [d.lo, d.hi]}
         ev |= {f"{k}_reverse_acc_per_token_{pe}": _per_seed(real, k, pe, "reverse_acc_per_token") for k in ("mdm", "arm")}
         ev |= {f"{k}_reverse_distinct_argmax_{pe}": _per_seed(real, k, pe, "reverse_distinct_argmax")
                for k in ("mdm", "arm")}
+    judgement = (underpowered(f"{len(real['seeds'])} seeds, fewer than the {MIN_SEEDS} the claim needs")
+                 if not enough else combine(parts) if parts else None)
     return claim("real_mdm_beats_arm_reverse",
                  "On the real person->description facts, trained forward-only, the MDM ranks the true name higher "
                  "than the ARM on reverse (description -> name) prompts: the MDM-minus-ARM reverse accuracy, paired "
                  f"by seed over >= {MIN_SEEDS} seeds, has a 95% bootstrap interval above 0 for every positional "
-                 "encoding.", holds,
+                 "encoding.", holds, judgement=judgement,
                  rule="per-seed values and interval are reported; a difference within float noise (an interval "
                       "that reaches 0) does not hold, so machines whose kernels round differently agree", **ev)
