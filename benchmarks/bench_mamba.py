@@ -1,23 +1,26 @@
-"""Mamba train-step benchmark: dlmlab's Mamba-1 (fused C++ scan) vs the matched Transformer and mambapy.
+"""Mamba train-step benchmark: dlmlab's Mamba-1 and Mamba-2 (fused C++ scans) vs the matched Transformer and mambapy.
 
 One train step = forward (tokens -> logits), cross-entropy over ``n_out`` classes,
 backward, AdamW update.  All models are parameter-matched at the state study's shape
-(4 layers, d_model 128, ~830K parameters; Mamba: d_inner 454, d_state 16, d_conv 4) and run
-at batch 32 x length 128 in float32 on CPU.
+(4 layers, d_model 128, ~830K parameters; Mamba: d_inner 454, d_state 16, d_conv 4;
+Mamba-2: d_inner 480 = 15 heads x 32, d_state 64, one B/C group, d_conv 4) and run at batch
+32 x length 128 in float32 on CPU.
 
 Steps are interleaved (one step of every model per round, ``--repeats`` rounds after one
 warm-up round), so a changing load on the machine hits all models alike; the table reports
 medians and the targets are ratios within this one run:
 
 * Mamba-1 (``scan="fused"``) step <= 2x the matched Transformer's step;
-* Mamba-1 (``scan="fused"``) >= 15x faster than mambapy (``pscan``).
+* Mamba-1 (``scan="fused"``) >= 15x faster than mambapy (``pscan``);
+* Mamba-2 (``scan="fused"``) step <= 2x the matched Transformer's step.
 
 Exits with status 1 when a target is missed.
 
     flock /tmp/dlmlab-cpu.lock .venv/bin/python benchmarks/bench_mamba.py
     .venv/bin/python benchmarks/bench_mamba.py --repeats 3 --others '' --scans fused   # quick
 
-``--scans`` adds the pure-PyTorch scans (``chunked``, ``sequential``) for comparison;
+``--scans`` adds the pure-PyTorch scans (``chunked``, ``sequential``) for comparison,
+``--mamba2-scans`` the same for Mamba-2 (``chunked``: the pure-PyTorch SSD; ``''`` skips Mamba-2);
 ``--others`` other architectures for context; ``--hf-steps N`` HF's ``MambaModel`` CPU path
 (a Python loop over time; very slow).  ``--json PATH`` writes the rows.
 """
@@ -38,6 +41,7 @@ from dlmlab.models.factory import build_model, count_params
 
 MAX_VS_TRANSFORMER = 2.0  # Mamba-1 step / Transformer step
 MIN_VS_MAMBAPY = 15.0  # mambapy step / Mamba-1 step
+MAX_MAMBA2_VS_TRANSFORMER = 2.0  # Mamba-2 step / Transformer step
 
 
 class Stepper:
@@ -113,6 +117,10 @@ def build_steppers(args, shape: dict) -> list[Stepper]:
     torch.manual_seed(0)
     m = build_model("transformer", **shape)
     steppers.append(Stepper("transformer", m, m, args.n_out))
+    for scan in [x for x in args.mamba2_scans.split(",") if x]:
+        torch.manual_seed(0)
+        m = build_model("mamba2", **shape, scan=scan)
+        steppers.append(Stepper(f"mamba2 ({scan} scan)", m, m, args.n_out))
     c = steppers[0].model.cfg
     dims = (args.vocab, args.n_out, args.d_model, args.layers, c.d_inner, c.d_state, c.d_conv)
     if args.mambapy:
@@ -145,6 +153,10 @@ def report(steppers: list[Stepper], hf: dict | None) -> tuple[list[dict], list[t
         print(f"| {r['impl']} | {r['params']:,} | {r['median_s']:.3f} | {r['min_s']:.3f} | {vt} | {sp} |")
     targets = [(f"{ours.name} / transformer", ours.median / tf, f"<= {MAX_VS_TRANSFORMER:g}",
                 ours.median / tf <= MAX_VS_TRANSFORMER)]
+    m2 = next((s for s in steppers if s.name.startswith("mamba2 (")), None)  # the first --mamba2-scans entry
+    if m2:
+        targets.append((f"{m2.name} / transformer", m2.median / tf, f"<= {MAX_MAMBA2_VS_TRANSFORMER:g}",
+                        m2.median / tf <= MAX_MAMBA2_VS_TRANSFORMER))
     if mp:
         targets.append((f"mambapy / {ours.name}", mp / ours.median, f">= {MIN_VS_MAMBAPY:g}",
                         mp / ours.median >= MIN_VS_MAMBAPY))
@@ -165,8 +177,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="interleaved timed rounds (median over them)")
     ap.add_argument("--scans", default="fused", help="comma list of Mamba scans; the first is held to the targets")
     ap.add_argument("--chunk", type=int, default=16, help="scan_chunk (checkpoint interval of the fused scan)")
+    ap.add_argument("--mamba2-scans", default="fused",
+                    help="comma list of Mamba-2 scans; the first is held to its target ('' skips Mamba-2)")
     ap.add_argument("--no-mambapy", dest="mambapy", action="store_false", help="skip mambapy (and its target)")
-    ap.add_argument("--others", default="", help="other dlmlab architectures for context, e.g. mamba2,lstm,gru")
+    ap.add_argument("--others", default="", help="other dlmlab architectures for context, e.g. lstm,gru")
     ap.add_argument("--hf-steps", type=int, default=0, help="steps of HF's sequential CPU path (0 skips)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--json", default=None)

@@ -126,7 +126,7 @@ def _tiny(**kw):
 
 def test_sequential_and_chunked_models_agree():
     torch.manual_seed(0)
-    m = _tiny(scan_chunk=4).double()
+    m = _tiny(scan="chunked", scan_chunk=4).double()
     tokens = torch.randint(0, 11, (3, 19))
     y = m(tokens)
     m.cfg.scan = "sequential"

@@ -1,4 +1,4 @@
-"""Mamba-2 against ground truth: our chunked SSD, our mixer and Hugging Face's mixer vs a float64 loop.
+"""Mamba-2 against ground truth: our SSD scans (chunked, sequential, fused C++), our mixer and HF's mixer vs a float64 loop.
 
 The loop (tests/mamba2_loop.py) follows the definition step by step.  Cases include a padded last
 chunk (T not a multiple of the chunk) and n_groups > 1.
@@ -13,6 +13,7 @@ import torch
 
 from dlmlab.models.mamba2 import Mamba2Config, Mamba2Mixer
 from dlmlab.models.ssd import ssd_scan, ssd_scan_ref
+from dlmlab.models.ssd_fused import fused_ssd_scan
 from mamba2_loop import Shape, inputs, loop_mixer, loop_ssd, random_params, skip_unless_hf_agrees
 
 CHUNK = 8
@@ -50,6 +51,8 @@ def test_ssd_scans_match_loop(T, G):
     want = torch.stack([loop_ssd(x[b], dt[b], A, Bm[b], Cm[b]) for b in range(2)])
     torch.testing.assert_close(ssd_scan(x, dt, A, Bm, Cm, chunk=CHUNK), want, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(ssd_scan_ref(x, dt, A, Bm, Cm), want, atol=1e-12, rtol=1e-12)
+    # the C++ kernel (or, without a compiler, its fallback: the chunked scan)
+    torch.testing.assert_close(fused_ssd_scan(x, dt, A, Bm, Cm, chunk=CHUNK), want, atol=1e-12, rtol=1e-12)
 
 
 def test_ssd_single_group_layouts_agree():
@@ -65,7 +68,7 @@ def test_ssd_rejects_heads_not_multiple_of_groups():
         ssd_scan(x, dt, A, Bm, Cm)
 
 
-@pytest.mark.parametrize("scan", ["chunked", "sequential"])
+@pytest.mark.parametrize("scan", ["fused", "chunked", "sequential"])
 @pytest.mark.parametrize("T,G", CASES)
 def test_our_mixer_matches_loop(T, G, scan):
     s = Shape(n_groups=G)

@@ -1,4 +1,4 @@
-"""Mamba-2 (SSD) language model / tagger in pure PyTorch, layout as Hugging Face ``Mamba2Model``
+"""Mamba-2 (SSD) language model / tagger, layout as Hugging Face ``Mamba2Model``
 (``n_groups`` B/C groups of N, G = n_groups; consecutive heads share a group).
 
 Block i (pre-norm residual)::
@@ -9,6 +9,12 @@ Block i (pre-norm residual)::
            x, B, C = split(xBC, [Di, GN, GN]);  dt = softplus(dt + dt_bias)
            y = ssd_scan(x as [B,T,H,P], dt, A=-exp(A_log), B, C as [B,T,G,N]) + D[h] * x
            out = out_proj(RMSNorm_gated(y, z))       # rmsnorm(y * silu(z)) * weight, per group of Di/G
+
+``scan``: ``"fused"`` (default) runs conv + silu, the SSD scan with its D skip and the gated norm
+as C++ kernels (:mod:`~dlmlab.models.fused_conv`, :mod:`~dlmlab.models.ssd_fused`,
+:mod:`~dlmlab.models.fused_gated_norm`; each falls back to the PyTorch ops when it cannot be
+built); ``"chunked"`` is the pure-PyTorch chunked SSD (:func:`~dlmlab.models.ssd.ssd_scan`) with
+PyTorch conv and norm, ``"sequential"`` the step-by-step reference.  They agree up to rounding.
 
 Hook points (:mod:`dlmlab.models.protocol`, family "mamba2"): ``embed``; ``blocks.{i}.resid_pre`` /
 ``resid_post`` [B,T,D] (``resid_post = resid_pre + mixer_out``);
