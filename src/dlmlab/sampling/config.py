@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from dlmlab.config import Config, require
+from dlmlab.config import Config, ConfigError, require
+from dlmlab.objectives.schedule import SCHEDULES, LinearSchedule, NoiseSchedule
 from dlmlab.sampling.orders import ORDERS, Order
 
 Cache = Literal["none", "prompt", "prefix", "dual"]
@@ -20,8 +22,11 @@ class DecodeConfig(Config):
         ``threshold`` / ``factor`` rules, which take as many steps as they need).
     order: which masked positions are committed first (see :mod:`dlmlab.sampling.orders`).
     schedule: ``cosine`` or ``linear`` tokens per step, or ``ancestral`` (drawn; MDLM).
-    noise: the noise schedule (:mod:`dlmlab.objectives.schedule`) whose reveal probabilities the
-        ``ancestral`` rule follows (``linear``, ``loglinear`` or ``cosine``; default parameters).
+    noise: the noise schedule whose reveal probabilities the ``ancestral`` rule follows: a
+        :class:`~dlmlab.objectives.schedule.NoiseSchedule` with its fields (e.g. ``dlmlab.load(path).noise``,
+        the schedule a model was trained with), or for convenience a name (``linear``, ``loglinear``,
+        ``cosine``: default fields) or ``{"name": ..., **fields}``; always a schedule object once built.
+        Default: the linear schedule.
     threshold: commit every position whose score >= threshold, at least one per step (Fast-dLLM).
     factor: Fast-dLLM's factor rule instead (see :mod:`dlmlab.sampling.schedules`).
     block_len: semi-autoregressive blocks of this many positions, left to right (0: one block).
@@ -40,7 +45,7 @@ class DecodeConfig(Config):
     steps: int = 8
     order: Order = "confidence"
     schedule: Literal["cosine", "linear", "ancestral"] = "cosine"
-    noise: Literal["linear", "loglinear", "cosine"] = "linear"
+    noise: Any = field(default_factory=LinearSchedule)  # NoiseSchedule (a name or a mapping is turned into one)
     threshold: float | None = None
     factor: float | None = None
     block_len: int = 0
@@ -51,6 +56,9 @@ class DecodeConfig(Config):
     temperature: float = 1.0
     top_p: float = 1.0
     self_cond: bool = True
+
+    def derive(self) -> None:
+        self.noise = _noise_schedule(self.noise)
 
     def validate(self) -> None:
         require(self.steps >= 1, f"sampling steps must be >= 1, got {self.steps}")
@@ -76,3 +84,26 @@ class DecodeConfig(Config):
     def adaptive(self) -> bool:
         """True when the number of commits per step is decided by the scores (threshold / factor)."""
         return self.threshold is not None or self.factor is not None
+
+    def to_data(self) -> dict:
+        """The fields as JSON-ready data; ``noise`` is ``{"name": ..., **fields}`` (as in ``model.json``), which
+        ``DecodeConfig(**data)`` reads back."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["noise"] = {"name": self.noise.name, **dataclasses.asdict(self.noise)}
+        return data
+
+
+def _noise_schedule(value: Any) -> NoiseSchedule:
+    """``DecodeConfig.noise`` as a schedule object: a schedule is kept, a name or a mapping is built."""
+    if isinstance(value, NoiseSchedule):
+        return value
+    if isinstance(value, str):
+        if value not in SCHEDULES:
+            raise ConfigError(f"DecodeConfig.noise: {value!r} is not one of {list(SCHEDULES)}")
+        return SCHEDULES[value]()
+    if isinstance(value, dict):
+        from dlmlab.training.noise import noise_from_data
+
+        return noise_from_data(value, "DecodeConfig.noise")
+    raise ConfigError(f"DecodeConfig.noise: expected a noise schedule (dlmlab.objectives.schedule) or one of "
+                      f"{list(SCHEDULES)}, got {type(value).__name__}")

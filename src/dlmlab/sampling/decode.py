@@ -21,7 +21,6 @@ import torch
 
 from dlmlab.config import ConfigError
 from dlmlab.errors import UserError
-from dlmlab.objectives.schedule import get_schedule
 from dlmlab.progress import bar
 from dlmlab.sampling.caches import SpanKV, block_causal_mask, cache_exactness, concat, rows, span
 from dlmlab.sampling.config import DecodeConfig
@@ -48,7 +47,7 @@ def _commit_counts(cfg: DecodeConfig, S: torch.Tensor, plans: list[list[int]], j
     elif cfg.factor is not None:
         k = factor_count(S.sort(1, descending=True).values, cfg.factor)
     elif cfg.schedule == "ancestral":
-        k = ancestral_count(n_masked, j, steps_b, generator, get_schedule(cfg.noise))
+        k = ancestral_count(n_masked, j, steps_b, generator, cfg.noise)  # the schedule object (DecodeConfig.noise)
     else:
         k = torch.tensor([p[j] if j < len(p) else 10**9 for p in plans], device=S.device)
     return torch.minimum(k, n_masked)
