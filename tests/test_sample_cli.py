@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from dlmlab.cli.main import main
 
@@ -68,7 +69,7 @@ def test_ancestral_rule_follows_the_chosen_noise_schedule(run_dir, capsys):
             "--steps", "6"]
     assert main(args + ["--noise", "cosine"]) == 0
     r = json.loads(capsys.readouterr().out.strip())
-    assert r["config"]["noise"] == "cosine" and len(r["filled_ids"]) == 8
+    assert r["config"]["noise"]["name"] == "cosine" and len(r["filled_ids"]) == 8
     assert main(args + ["--noise", "sigmoid"]) == 2
     assert "noise" in capsys.readouterr().err
 
@@ -95,3 +96,60 @@ def test_a_causal_family_trained_with_mdlm_samples_through_dlmlab_load(tmp_path,
     assert r["full"].startswith("The ") and r["full"].endswith(" sat") and len(r["filled_ids"]) == 3
     assert main(["sample", str(run), "--cache", "prefix", "--no-progress"]) == 2  # no KV cache
     assert "cache='none'" in capsys.readouterr().err
+
+
+# ---- ids the tokenizer cannot decode (a vocabulary with reserved ids above the tokenizer's, as in the induction study)
+RESERVED = 40
+
+
+def _reserved_ids_run(tmp_path, objective: str):
+    """A tiny untrained-ish model whose vocabulary is the char tokenizer's + RESERVED ids (+ the mask, mdlm):
+    at temperature 1 most sampled ids are reserved ones the tokenizer cannot decode."""
+    from dlmlab.data.tokenizer import CharTokenizer
+    from dlmlab.models import Transformer, TransformerConfig
+    from dlmlab.training import TrainConfig, train
+
+    tok = CharTokenizer(list("ab c."))
+    mdlm = objective == "mdlm"
+    vocab = tok.vocab_size + RESERVED + (1 if mdlm else 0)
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=vocab, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
+                                          max_seq_len=16, attn_mask="bidirectional" if mdlm else "causal"))
+    run = tmp_path / objective
+    train(model, TrainConfig(steps=1, batch_size=2, lr=1e-6, progress=False),
+          lambda step, g: {"x": torch.randint(0, tok.vocab_size, (2, 8), generator=g)},
+          lambda m, b: (m(b["x"]).float().mean() * 0, {}), out_dir=run, objective=objective,
+          mask_id=vocab - 1 if mdlm else None, tokenizer=tok)
+    return run, tok
+
+
+@pytest.mark.parametrize("objective", ["mdlm", "ar"])
+def test_ids_the_tokenizer_cannot_decode_are_shown_not_fatal(tmp_path, capsys, objective):
+    run, tok = _reserved_ids_run(tmp_path, objective)
+    out = tmp_path / "s.jsonl"
+    args = ["sample", str(run), "--prompt", "ab", "--gen-len", "8", "--num-samples", "2", "--temperature", "1",
+            "--no-progress", "--out", str(out)]
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    ids = [i for r in rows for i in r["filled_ids" if objective == "mdlm" else "generated_ids"]]
+    reserved = sorted({i for i in ids if i >= tok.vocab_size})
+    assert reserved and all(len(r["filled_ids" if objective == "mdlm" else "generated_ids"]) == 8 for r in rows)
+    for i in reserved:  # shown in the text output and in the rows' text; the raw ids stay in the JSONL
+        assert f"[id {i}]" in printed and any(f"[id {i}]" in r["full"] for r in rows)
+    for r in rows:
+        assert r["full"].startswith("ab")
+        gen = r["filled_ids" if objective == "mdlm" else "generated_ids"]
+        assert r["text"] == "".join(f"[id {i}]" if i >= tok.vocab_size else tok.decode([i]) for i in gen)
+
+
+def test_show_text_names_undecodable_ids_and_only_the_models_own_mask():
+    from dlmlab.cli.sample_cmd import show_text
+    from dlmlab.data.tokenizer import CharTokenizer
+
+    tok = CharTokenizer(list("ab c."))  # ids 0..4; a dlmlab mdlm run's mask would be 5
+    assert show_text(tok, [0, 1, 2]) == tok.decode([0, 1, 2]) == "ab "
+    assert show_text(tok, [0, 5, 1], mask_id=5) == "a[M]b"  # the usual layout: the tokenizer's own reading
+    assert show_text(tok, [0, 5, 45, 1, 24], mask_id=45) == "a[id 5][M]b[id 24]"  # reserved ids 5..44, mask 45
+    assert show_text(tok, [1, 5, 7]) == "b[id 5][id 7]"  # an AR model has no mask

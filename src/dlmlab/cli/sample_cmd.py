@@ -5,8 +5,14 @@ Face LLaDA / Dream folder): masked-diffusion decoding; its mask id and logit ali
 Dream) come with it.  The cache defaults to ``none`` (exact); an approximate one is used only when asked
 for, and every output row (and ``--html`` page) names the cache and whether it was exact.
 
+The ``ancestral`` rule follows the noise schedule the model was trained with (``Loaded.noise``, the
+schedule object with its fields), or the one ``--noise NAME`` names (default fields).
+
 Objective ar (any family): left-to-right sampling with :func:`~dlmlab.sampling.ar.sample_ar`, KV-cached
 when the model takes a cache (a toolkit Transformer), else re-running the prefix.
+
+A sampled id the tokenizer cannot decode (a model vocabulary with reserved ids above the tokenizer's) is
+shown as ``[id N]`` in the text; the JSONL rows keep the raw ids (``filled_ids`` / ``generated_ids``).
 """
 
 from __future__ import annotations
@@ -14,13 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-import sys
 from pathlib import Path
 
 import torch
 
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.objectives.schedule import NoiseSchedule
 from dlmlab.sampling import DecodeConfig, ModelDenoiser, decode
 
 EPILOG = """\
@@ -63,9 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--order", default=d.order, help="confidence | margin | entropy | random")
     p.add_argument("--schedule", default=d.schedule, help="cosine | linear | ancestral")
-    p.add_argument("--noise", default=None,
-                   help="noise schedule of --schedule ancestral: linear | loglinear | cosine (default: the one the "
-                        f"model was trained with, else {d.noise})")
+    p.add_argument("--noise", default=None, metavar="NAME",
+                   help="noise schedule of --schedule ancestral: linear | loglinear | cosine, default fields "
+                        f"(default: the one the model was trained with, its fields included, else {d.noise.name})")
     p.add_argument("--threshold", type=float, help="threshold parallel decoding (e.g. 0.9)")
     p.add_argument("--factor", type=float, help="factor-based parallel decoding (e.g. 1.0)")
     p.add_argument("--block-len", type=int, default=d.block_len, help="semi-autoregressive blocks (0: one)")
@@ -110,20 +116,53 @@ def _load(path: str, step: int | None = None, run=None):
     return den, run.tokenizer, _limit(run.model), run.noise
 
 
-def noise_name(chosen: str | None, trained, schedule: str) -> str:
-    """The decoder's ``noise``: ``chosen`` (``--noise``), else the name of the ``trained`` schedule, else the
-    default.  The decoder takes a schedule by name with its default fields; when the trained one has other
-    fields and the ``ancestral`` rule uses it, a note on stderr says so."""
+def noise_schedule(chosen: str | None, trained: NoiseSchedule | None) -> NoiseSchedule | str:
+    """The decoder's ``noise``: ``chosen`` (``--noise NAME``, default fields), else the ``trained`` schedule
+    object itself (its fields included), else the default."""
     if chosen is not None:
         return chosen
-    if trained is None:
-        return DecodeConfig.noise
-    from dlmlab.objectives.schedule import get_schedule
+    return trained if trained is not None else DecodeConfig().noise
 
-    if schedule == "ancestral" and trained != get_schedule(trained.name):
-        print(f"note: the model was trained with {trained}; the ancestral rule follows {trained.name} with its "
-              f"default fields ({get_schedule(trained.name)})", file=sys.stderr)
-    return trained.name
+
+_DECODE_ERRORS = (ValueError, KeyError, IndexError, TypeError, OverflowError)
+
+
+def show_text(tok, ids: list[int], mask_id: int | None = None) -> str:
+    """The text of ``ids`` for people: ``tok.decode``, with each id the tokenizer cannot decode (a reserved id
+    above its vocabulary, as in the induction study) shown as ``[id N]`` and the model's ``mask_id`` as the
+    tokenizer shows it (else ``[M]``).  A dlmlab tokenizer reads id ``vocab_size`` as an mdlm run's mask
+    (``[M]``); for a model whose mask is another id (or that has none) that id is a reserved one: ``[id N]``."""
+    from dlmlab.data.tokenizer import MASK_TEXT
+
+    ids = [int(i) for i in ids]
+    V = getattr(tok, "vocab_size", None)
+    if V not in ids and (mask_id is None or mask_id not in ids):
+        try:
+            return tok.decode(ids)
+        except _DECODE_ERRORS:
+            pass
+    out, span = [], []
+    for i in ids:
+        piece = _decode_one(tok, i)
+        if i == mask_id:
+            piece = piece if piece is not None else MASK_TEXT
+        elif piece is None or (i == V and piece == MASK_TEXT):  # not decodable / not this model's mask
+            piece = f"[id {i}]"
+        else:
+            span.append(i)
+            continue
+        out += [tok.decode(span) if span else "", piece]
+        span = []
+    if span:
+        out.append(tok.decode(span))
+    return "".join(out)
+
+
+def _decode_one(tok, i: int) -> str | None:
+    try:
+        return tok.decode([i])
+    except _DECODE_ERRORS:
+        return None
 
 
 def _encode(tok, text: str) -> list[int]:
@@ -164,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
     cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule,
-                       noise=args.noise or DecodeConfig.noise, threshold=args.threshold, factor=args.factor,
+                       noise=noise_schedule(args.noise, None), threshold=args.threshold, factor=args.factor,
                        block_len=args.block_len, attention=args.attention, cache=args.cache,
                        refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
     loaded = load(args.run, step=args.step)
@@ -187,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
     den, tok, limit, trained = _load(args.run, run=loaded)
-    cfg = dataclasses.replace(cfg, noise=noise_name(args.noise, trained, args.schedule))
+    cfg = dataclasses.replace(cfg, noise=noise_schedule(args.noise, trained))
     mask_id = den.mask_id
     canvas, P, prompt_text = build_canvas(tok, mask_id, args)
     if limit is not None and len(canvas) > limit:
@@ -203,10 +242,10 @@ def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
                 records, first = res.trajectory, x
             for i, ids in enumerate(res.tokens.tolist()):
                 filled = [t for t, c in zip(ids, canvas) if c == mask_id]
-                rows.append({"index": start + i, "prompt": prompt_text, "text": tok.decode(ids[P:]),
-                             "full": tok.decode(ids), "filled_ids": filled, "steps": res.steps,
+                rows.append({"index": start + i, "prompt": prompt_text, "text": show_text(tok, ids[P:], mask_id),
+                             "full": show_text(tok, ids, mask_id), "filled_ids": filled, "steps": res.steps,
                              "forwards": res.forwards, "cache": res.cache, "exactness": res.exactness,
-                             "config": dataclasses.asdict(cfg)})
+                             "config": cfg.to_data()})
     if args.html:
         _write_html(args, records, first, P, mask_id, tok, cfg)
     return rows
@@ -216,14 +255,12 @@ def _write_html(args, records, canvas: torch.Tensor, P: int, mask_id: int, tok, 
     from dlmlab.sampling.trajectory_html import trajectory_page
 
     def text(i: int) -> str:
-        try:
-            return tok.decode([i])
-        except (ValueError, KeyError, IndexError):
-            return f"<{i}>"
+        return show_text(tok, [i], mask_id)
 
     shown = canvas.shape[0]
+    fields = ", ".join(f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg))
     notes = [f"model: {args.run}" + (f" (step {args.step})" if args.step is not None else ""),
-             f"decoder: {', '.join(f'{k}={v}' for k, v in dataclasses.asdict(cfg).items())}; seed {args.seed}",
+             f"decoder: {fields}; seed {args.seed}",
              f"samples shown: {shown} of {args.num_samples} (the first batch)"]
     page = trajectory_page(records, canvas, P, mask_id, text, title="dlmlab sample: denoising trajectory",
                            notes=notes)
@@ -265,8 +302,8 @@ def _sample_ar(loaded, args) -> list[dict]:
             n = min(args.batch_size, args.num_samples - start)
             out = sample_ar(loaded.model, torch.tensor([ids] * n), args.gen_len, args.temperature, args.top_p, gen)
             for i, row in enumerate(out.tolist()):
-                rows.append({"index": start + i, "prompt": text, "text": tok.decode(row[len(ids):]),
-                             "full": tok.decode(row), "generated_ids": row[len(ids):], "objective": "ar",
+                rows.append({"index": start + i, "prompt": text, "text": show_text(tok, row[len(ids):]),
+                             "full": show_text(tok, row), "generated_ids": row[len(ids):], "objective": "ar",
                              "family": loaded.family, "step": loaded.step, "kv_cache": cached,
                              "config": {"temperature": args.temperature, "top_p": args.top_p}})
     return rows
