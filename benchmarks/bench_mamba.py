@@ -193,8 +193,10 @@ def main(argv=None) -> int:
     shape = dict(vocab_size=args.vocab, n_out=args.n_out, d_model=args.d_model, n_layers=args.layers)
     steppers = build_steppers(args, shape)
     c = steppers[0].model.cfg
+    m2 = next((s.model.cfg for s in steppers if s.name.startswith("mamba2 (")), None)
+    m2_shape = f" mamba2: d_inner={m2.d_inner} heads={m2.n_heads} d_state={m2.d_state}" if m2 else ""
     print(f"shape: B={args.batch} T={args.seq} d_model={args.d_model} layers={args.layers} d_inner={c.d_inner} "
-          f"d_state={c.d_state}  threads={torch.get_num_threads()}  torch {torch.__version__}  "
+          f"d_state={c.d_state}{m2_shape}  threads={torch.get_num_threads()}  torch {torch.__version__}  "
           f"{args.repeats} interleaved rounds", flush=True)
     run_interleaved(steppers, tokens, labels, args.repeats)
     hf = None
