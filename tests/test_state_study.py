@@ -16,6 +16,14 @@ from dlmlab.studies.state.claims import all_claims
 CLAIMS = {"prefix_tasks_late_in_recurrent", "prefix_tasks_gradual_in_transformer", "dyck_early_in_transformer",
           "s3_groups_with_parity", "probe_direction_ablation_drops_accuracy", "conv1d_matters_for_prefix_not_dyck",
           "readability_vs_causality_split"}
+# {claim: (verdict, reason)} of the seeded smoke run
+SMOKE_VERDICTS = {"prefix_tasks_late_in_recurrent": ("inconclusive", "precondition"),
+                  "prefix_tasks_gradual_in_transformer": ("inconclusive", "precondition"),
+                  "dyck_early_in_transformer": ("reproduced", None),
+                  "s3_groups_with_parity": ("inconclusive", "precondition"),
+                  "probe_direction_ablation_drops_accuracy": ("contradicted", None),
+                  "conv1d_matters_for_prefix_not_dyck": ("contradicted", None),
+                  "readability_vs_causality_split": ("reproduced", None)}
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +40,15 @@ def test_smoke_outputs(smoke):
     assert data["study"] == "state" and data["preset"] == "smoke"
     assert {c["id"] for c in data["claims"]} == CLAIMS
     for c in data["claims"]:
-        assert c["holds"] in (True, False, None)
+        # a real bool (not 0 / 1) or None, and the one the verdict implies: True exactly when reproduced, None only
+        # when nothing was evaluated (not run, or a precondition that left nothing to test)
+        assert type(c["holds"]) is bool or c["holds"] is None, (c["id"], c["holds"])
+        assert (c["holds"] is True) == (c["verdict"] == "reproduced"), (c["id"], c["verdict"], c["holds"])
+        assert c["holds"] is not None or c["reason"] in ("not_run", "precondition"), (c["id"], c["reason"])
         if c["holds"] is None:
             assert "reason" in c["evidence"]
+    # the seeded smoke run's verdicts (`dlmlab reproduce state --preset smoke`)
+    assert {c["id"]: (c["verdict"], c["reason"]) for c in data["claims"]} == SMOKE_VERDICTS
     for f in data["figures"]:
         assert (out / f["path"]).stat().st_size > 1000
     names = {f["path"] for f in data["figures"]}
