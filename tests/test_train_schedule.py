@@ -274,17 +274,17 @@ def test_sample_noise_defaults_to_the_trained_schedule(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     out = capsys.readouterr()
-    assert json.loads(out.out)["config"]["noise"] == "cosine" and out.err == ""
+    assert json.loads(out.out)["config"]["noise"] == {"name": "cosine", "eps": 0.001, "t_lo": 0.001} and out.err == ""
     assert main(args + ["--noise", "linear"]) == 0
-    assert json.loads(capsys.readouterr().out)["config"]["noise"] == "linear"
+    assert json.loads(capsys.readouterr().out)["config"]["noise"] == {"name": "linear", "eps": 0.001}
 
 
-def test_sample_says_when_the_decoder_cannot_follow_the_trained_fields(loglinear_run, capsys):
+def test_sample_follows_the_trained_schedule_with_its_fields(loglinear_run, capsys):
     args = ["sample", str(loglinear_run), "--gen-len", "4", "--format", "jsonl", "--no-progress"]
     capsys.readouterr()
     assert main(args + ["--schedule", "ancestral"]) == 0
-    out = capsys.readouterr()
-    assert json.loads(out.out)["config"]["noise"] == "loglinear"
-    assert "eps=0.05" in out.err and len(out.err.strip().splitlines()) == 1
-    assert main(args) == 0  # the count schedule does not use the noise schedule: nothing to say
+    out = capsys.readouterr()  # the decoder takes the schedule object itself: eps 0.05 included, nothing to warn
+    assert json.loads(out.out)["config"]["noise"] == {"name": "loglinear", "eps": 0.05, "t_lo": 0.001}
+    assert out.err == ""
+    assert main(args) == 0
     assert capsys.readouterr().err == ""

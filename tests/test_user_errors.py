@@ -59,7 +59,15 @@ def test_cli_user_error_is_one_line_exit_2(tmp_path, capsys):
     assert "nowhere" in one_error_line(capsys, "eval")
 
 
-def test_cli_bug_propagates_with_its_traceback(monkeypatch):
+def train_run_folder(tmp_path):
+    """A folder `dlmlab eval` takes for a `dlmlab train` run (a run config.json), for patching its loader."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    return run
+
+
+def test_cli_bug_propagates_with_its_traceback(monkeypatch, tmp_path):
     """A ValueError / KeyError from a bug is not turned into a one-line error."""
     import dlmlab.cli.eval_cmd as eval_cmd
 
@@ -68,7 +76,7 @@ def test_cli_bug_propagates_with_its_traceback(monkeypatch):
 
     monkeypatch.setattr(eval_cmd, "load_run", bug)
     with pytest.raises(ValueError, match="internal invariant"):
-        main(["eval", "somewhere"])
+        main(["eval", str(train_run_folder(tmp_path))])
 
 
 def test_cli_bug_prints_traceback_in_a_subprocess(tmp_path, subprocess_env):
@@ -79,22 +87,22 @@ def test_cli_bug_prints_traceback_in_a_subprocess(tmp_path, subprocess_env):
         "    raise KeyError('not_a_user_error')\n"
         "m.load_run = boom\n"
         "from dlmlab.cli.main import main\n"
-        "sys.exit(main(['eval', 'x']))\n"
+        "sys.exit(main(['eval', sys.argv[1]]))\n"
     )
-    r = subprocess.run([sys.executable, "-c", script], env=subprocess_env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", script, str(train_run_folder(tmp_path))], env=subprocess_env, capture_output=True, text=True,
                        timeout=120, cwd=tmp_path)
     assert r.returncode == 1, r.stderr
     assert "Traceback (most recent call last)" in r.stderr and "KeyError: 'not_a_user_error'" in r.stderr
 
 
-def test_cli_full_disk_is_one_line_exit_2(monkeypatch, capsys):
+def test_cli_full_disk_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     import dlmlab.cli.eval_cmd as eval_cmd
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/eval.json")
 
     monkeypatch.setattr(eval_cmd, "load_run", full)
-    assert main(["eval", "somewhere"]) == 2
+    assert main(["eval", str(train_run_folder(tmp_path))]) == 2
     line = one_error_line(capsys, "eval")
     assert "no space left" in line and "/runs/x/eval.json" in line
 

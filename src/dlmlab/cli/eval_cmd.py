@@ -30,11 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _is_train_run(path: Path) -> bool:
-    """A ``dlmlab train`` run folder or one of its checkpoints (its run config is ``config.json``)."""
+    """A ``dlmlab train`` run folder or one of its checkpoints: its ``config.json`` is a run config, not a
+    Hugging Face one (a damaged run config counts, so that its error names the file and line)."""
     run = path.parent.parent if path.parent.name == "checkpoints" else path
     from dlmlab.loading import _hf_config  # the loader's test for a Hugging Face config.json
 
-    return (run / "config.json").is_file() and (run / "checkpoints").is_dir() and _hf_config(run) is None
+    return (run / "config.json").is_file() and _hf_config(run) is None
 
 
 def _eval_loaded(args: argparse.Namespace) -> dict:
