@@ -6,14 +6,15 @@ Same recurrence and shapes as :func:`dlmlab.models.ssd.ssd_scan_ref`, with the `
 
 ``x`` [B,T,H,P], ``dt`` [B,T,H] (after softplus), ``A, D`` [H], ``Bm, Cm`` [B,T,N] or [B,T,G,N] ->
 ``y`` [B,T,H,P].  The kernel runs the recurrence step by step per (batch, head) with the state
-[N,P] in a local array (vectorised over P), so neither [B,T,H,P,N] nor the chunked algorithm's
-[B,H,c,L,L] decay matrices are stored.  Training keeps only checkpoints of the state every
-``chunk`` steps ([B,H,T/chunk,P,N]); the backward recomputes one chunk at a time and runs the
-adjoint recurrence in reverse time.  Work is split with torch's intra-op threads over (batch,
-head) in the forward and (batch, group) in the backward, whose heads run in order and add their
-dB, dC; dA, dD are summed over the batch afterwards in a fixed order, so results do not depend
-on the thread count.  ``x``, ``Bm``, ``Cm`` may be strided over batch and time (slices of the
-Mamba-2 block's ``xBC``): they are read in place, not copied.
+in a local array ([N,P], vectorised over P, in the forward; [P,N], vectorised over N, in the
+backward), so neither [B,T,H,P,N] nor the chunked algorithm's [B,H,c,L,L] decay matrices are
+stored.  Training keeps only checkpoints of the state every ``chunk`` steps
+([B,H,ceil(T/chunk)-1,P,N]: before every chunk but the first); the backward recomputes one chunk
+at a time and runs the adjoint recurrence in reverse time.  Work is split with torch's intra-op
+threads over (batch, head) in the forward and (batch, group) in the backward, whose heads run in
+order and add their dB, dC; dA, dD are summed over the batch afterwards in a fixed order, so
+results do not depend on the thread count.  ``x``, ``Bm``, ``Cm`` may be strided over batch and
+time (slices of the Mamba-2 block's ``xBC``): they are read in place, not copied.
 
 The extension is compiled once per user, source, flags, torch/Python version and CPU (the same
 flags and cache root as :mod:`dlmlab.models.fused_scan`) into

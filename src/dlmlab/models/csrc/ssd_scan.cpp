@@ -3,7 +3,7 @@
 //   S_t = exp(dt_t A_h) S_{t-1} + B_t (dt_t x_t)^T,   y_t = S_t^T C_t + D_h x_t      (per batch b, head h)
 //
 // Shapes: x, y [Bs,T,H,P]; dt [Bs,T,H]; A, D [H]; B, C [Bs,T,G,N] (head h reads group h / (H/G));
-// checkpoints hck [Bs,H,nck,P,N] (the state before every chunk-th step).  Work items are (batch,
+// checkpoints hck [Bs,H,nck-1,P,N] (the state before every chunk-th step but the first, which is 0).  Work items are (batch,
 // head) pairs; the state of one item is a local array, so [Bs,T,H,P,N] is never stored: [N][P] in
 // the forward (vectorised over P: y_t needs no horizontal sums), [P][N] in the backward (vectorised
 // over N: dB_t, dC_t need none).  The backward recomputes one chunk of states from its checkpoint
@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 namespace {
@@ -60,6 +61,25 @@ inline T hsum(const typename Vec<T>::type& v) {
   return r;
 }
 
+// Scratch arrays of one work item, each starting on a 64-byte boundary (whole-vector loads and
+// stores of the state then never straddle two cache lines).
+template <typename T>
+struct Scratch {
+  std::vector<T> mem;
+  std::vector<int64_t> offs;
+  explicit Scratch(std::initializer_list<int64_t> sizes) {
+    const int64_t a = 64 / sizeof(T);
+    int64_t total = a;
+    for (int64_t n : sizes) { offs.push_back(total); total += (n + a - 1) / a * a; }
+    mem.assign(total, T(0));
+  }
+  T* operator[](int i) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(mem.data());
+    const uintptr_t first = (base + 63) / 64 * 64;
+    return reinterpret_cast<T*>(first) + (offs[i] - 64 / int64_t(sizeof(T)));
+  }
+};
+
 struct Sz {
   int64_t Bs, T, H, P, G, N, R, chunk, nck;
 };
@@ -80,8 +100,8 @@ void forward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, T* y, T* 
   std::fill(S, S + N * P, T(0));
   const T Ah = in.A[h], Dh = in.D[h];
   for (int64_t t = 0; t < s.T; ++t) {
-    if (hck && t % s.chunk == 0) {
-      T* dst = hck + ((b * H + h) * s.nck + t / s.chunk) * N * P;
+    if (hck && t % s.chunk == 0 && t > 0) {
+      T* dst = hck + ((b * H + h) * (s.nck - 1) + t / s.chunk - 1) * N * P;
       for (int64_t n = 0; n < N; ++n)
         for (int64_t p = 0; p < P; ++p) dst[p * N + n] = S[n * P + p];
     }
@@ -158,7 +178,12 @@ void backward_item(const Sz& s, int64_t b, int64_t h, const Ptr<T>& in, const T*
   T a_next = T(0), gA = T(0), gD = T(0);
   for (int64_t c = s.nck - 1; c >= 0; --c) {
     const int64_t t0 = c * L, len = std::min(L, s.T - t0);
-    std::copy(hck + ((b * H + h) * s.nck + c) * NP, hck + ((b * H + h) * s.nck + c + 1) * NP, Sbuf);
+    if (c == 0) {
+      std::fill(Sbuf, Sbuf + NP, T(0));
+    } else {
+      const T* src = hck + ((b * H + h) * (s.nck - 1) + c - 1) * NP;
+      std::copy(src, src + NP, Sbuf);
+    }
     for (int64_t i = 0; i < len; ++i) {  // recompute the states of this chunk (the forward's operations)
       const int64_t t = t0 + i, row = (b * s.T + t) * H + h;
       const T dtv = in.dt[row], a = std::exp(dtv * Ah);
@@ -294,7 +319,7 @@ std::vector<at::Tensor> ssd_forward(const at::Tensor& x, const at::Tensor& dt, c
                                     int64_t chunk, bool keep) {
   const Sz s = sizes(x, B, chunk);
   at::Tensor y = at::empty({s.Bs, s.T, s.H, s.P}, x.options());
-  at::Tensor hck = keep ? at::empty({s.Bs, s.H, s.nck, s.N, s.P}, x.options()) : at::empty({0}, x.options());
+  at::Tensor hck = keep ? at::empty({s.Bs, s.H, s.nck - 1, s.P, s.N}, x.options()) : at::empty({0}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "ssd_forward", [&] {
     using T = scalar_t;
     const Ptr<T> in = ptrs<T>(x, dt, A, B, C, D);
@@ -302,9 +327,9 @@ std::vector<at::Tensor> ssd_forward(const at::Tensor& x, const at::Tensor& dt, c
     T* ph = keep ? hck.data_ptr<T>() : nullptr;
     dispatch_size(s.P, [&](auto pc) {
       at::parallel_for(0, s.Bs * s.H, 1, [&](int64_t lo, int64_t hi) {
-        std::vector<T> S(s.N * s.P), u(s.P), yv(s.P);
+        Scratch<T> w({s.N * s.P, s.P, s.P});
         for (int64_t i = lo; i < hi; ++i)
-          forward_item<T, decltype(pc)::value>(s, i / s.H, i % s.H, in, py, ph, S.data(), u.data(), yv.data());
+          forward_item<T, decltype(pc)::value>(s, i / s.H, i % s.H, in, py, ph, w[0], w[1], w[2]);
       });
     });
   });
@@ -330,12 +355,11 @@ std::vector<at::Tensor> ssd_backward(const at::Tensor& x, const at::Tensor& dt, 
       // work items: (batch, group); the heads of the group in order (dB, dC summed over them)
       at::parallel_for(0, s.Bs * s.G, 1, [&](int64_t lo, int64_t hi) {
         const int64_t NP = s.N * s.P, L = s.chunk;
-        std::vector<T> Sbuf((L + 1) * NP), Gs(NP), ubuf(L * s.P), abuf(L), dB(s.N), dC(s.N), dav(s.N);
+        Scratch<T> w({(L + 1) * NP, NP, L * s.P, L, s.N, s.N, s.N});
         for (int64_t i = lo; i < hi; ++i)
           for (int64_t r = 0; r < s.R; ++r)
-            backward_item<T, decltype(nc)::value>(s, i / s.G, (i % s.G) * s.R + r, in, pgy, ph, g, Sbuf.data(),
-                                                  Gs.data(), ubuf.data(), abuf.data(), dB.data(), dC.data(),
-                                                  dav.data());
+            backward_item<T, decltype(nc)::value>(s, i / s.G, (i % s.G) * s.R + r, in, pgy, ph, g, w[0], w[1], w[2],
+                                                  w[3], w[4], w[5], w[6]);
       });
     });
     const T *pAp = gAp.data_ptr<T>(), *pDp = gDp.data_ptr<T>();
