@@ -12,7 +12,7 @@ from dlmlab.config import ConfigError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
 from dlmlab.studies.reversal import claims as C
-from dlmlab.studies.reversal.summary import group
+from reversal_summary import KINDS, PES, reversal_summary
 from dlmlab.tasks.positional_relations import PositionalRelations, PositionalTaskConfig
 
 CFG = PositionalTaskConfig(n_pairs=10, seq_len=16, distances=[1, 2, 3], n_distractors=3)
@@ -150,50 +150,32 @@ def test_bootstrap_intervals():
 
 
 # ------------------------------------------------------------------------------------------ claims
-def _summary(rev_p=None, grad=None, pos_corr=None, arm_rev_acc=0.0, arm_grad=0.2):
-    """Three seeds per group; ``rev_p`` etc. map a PE to the MDM's per-seed values."""
-    rev_p = rev_p or {"alibi": [0.9, 0.8, 0.85], "rope": [0.6, 0.5, 0.55], "learned": [0.3, 0.2, 0.25]}
-    grad = grad or {pe: [0.8, 0.7, 0.75] for pe in rev_p}
-    pos_corr = pos_corr or {"alibi": [1.0] * 3, "rope": [0.5, 0.4, 0.6], "learned": [-0.2, 0.1, 0.0]}
-    out = {}
-    for pe in rev_p:
-        out[f"mdm/{pe}"] = group([0, 1, 2], {
-            "rev_p": rev_p[pe], "initial_rev_p": [0.01] * 3, "rev_acc": [min(1.0, 1.1 * x) for x in rev_p[pe]],
-            "fwd_acc": [1.0] * 3, "grad_cos_mean": grad[pe], "positional_corr": pos_corr[pe],
-            "score_corr_train": [0.9] * 3})
-        out[f"arm/{pe}"] = group([0, 1, 2], {
-            "rev_p": [0.005] * 3, "initial_rev_p": [0.01] * 3, "rev_acc": [arm_rev_acc] * 3, "fwd_acc": [0.95] * 3,
-            "grad_cos_mean": [arm_grad] * 3})
-    return out
-
-
-PES, KINDS = ["learned", "rope", "alibi"], ["mdm", "arm"]
 
 
 def test_claims_hold_on_the_study_pattern():
-    cl = {c.id: c for c in C.make_claims(_summary(), PES, KINDS, chance=0.1)}
+    cl = {c.id: c for c in C.make_claims(reversal_summary(), PES, KINDS, chance=0.1)}
     assert all(c.holds is True for c in cl.values()), {k: c.holds for k, c in cl.items()}
     assert cl["pe_ordering"].evidence["reverse_p_alibi_minus_rope_lo"] > 0
 
 
 def test_pe_ordering_needs_every_seed_to_agree():
-    tie = _summary(rev_p={"alibi": [0.9, 0.5, 0.85], "rope": [0.6, 0.55, 0.55], "learned": [0.3, 0.2, 0.25]})
+    tie = reversal_summary(rev_p={"alibi": [0.9, 0.5, 0.85], "rope": [0.6, 0.55, 0.55], "learned": [0.3, 0.2, 0.25]})
     assert C.pe_ordering(tie, PES).holds is False  # alibi < rope in seed 1
-    swapped = _summary(rev_p={"alibi": [0.9, 0.8, 0.85], "rope": [0.2, 0.1, 0.15], "learned": [0.3, 0.2, 0.25]})
+    swapped = reversal_summary(rev_p={"alibi": [0.9, 0.8, 0.85], "rope": [0.2, 0.1, 0.15], "learned": [0.3, 0.2, 0.25]})
     assert C.pe_ordering(swapped, PES).holds is False
-    assert C.pe_ordering(_summary(), ["rope"]).holds is None
+    assert C.pe_ordering(reversal_summary(), ["rope"]).holds is None
 
 
 def test_claims_fail_against_their_controls():
-    s = _summary(arm_rev_acc=0.5)  # ARM answers the reverse query above chance
+    s = reversal_summary(arm_rev_acc=0.5)  # ARM answers the reverse query above chance
     assert C.arm_fails_reverse(s, PES, chance=0.1).holds is False
-    s = _summary(grad={"alibi": [0.45, 0.6, 0.7], "rope": [0.8] * 3, "learned": [0.1] * 3})
+    s = reversal_summary(grad={"alibi": [0.45, 0.6, 0.7], "rope": [0.8] * 3, "learned": [0.1] * 3})
     assert C.gradient_alignment_positive(s, PES, KINDS).holds is False  # alibi's interval reaches below 0.5
-    s = _summary(arm_grad=0.9)  # the ARM's cosine is as high: no MDM-specific alignment
+    s = reversal_summary(arm_grad=0.9)  # the ARM's cosine is as high: no MDM-specific alignment
     assert C.gradient_alignment_positive(s, PES, KINDS).holds is False
-    s = _summary(pos_corr={"alibi": [1.0] * 3, "rope": [0.3, -0.2, 0.1], "learned": [0.9] * 3})
+    s = reversal_summary(pos_corr={"alibi": [1.0] * 3, "rope": [0.3, -0.2, 0.1], "learned": [0.9] * 3})
     assert C.attention_correlation_positive(s, PES).holds is False
-    s = _summary()
+    s = reversal_summary()
     s["arm/rope"]["values"]["rev_p"] = [0.7] * 3  # an ARM that transfers as well
     assert C.mdm_transfers_reverse(s, PES, KINDS).holds is False
 

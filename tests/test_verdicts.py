@@ -19,7 +19,7 @@ from dlmlab.report.claims import (REPRODUCED, Claim, Judgement, claim, combine, 
                                   verdict_from_interval, verdict_summary)
 from dlmlab.report.intervals import bootstrap_ci
 from dlmlab.report.results import render_markdown
-from dlmlab.studies.reversal.summary import group
+from reversal_summary import KINDS, PES, reversal_summary
 
 
 def follows_rules(c: Claim) -> Claim:
@@ -224,23 +224,6 @@ def test_state_conv1d_verdicts_follow_the_intervals():
 
 
 # ------------------------------------------------------------------------------------------ reversal
-def _summary(rev_p=None, grad=None, pos_corr=None, arm_rev_acc=0.0, arm_fwd=0.95, mdm_fwd=1.0):
-    rev_p = rev_p or {"alibi": [0.9, 0.8, 0.85], "rope": [0.6, 0.5, 0.55], "learned": [0.3, 0.2, 0.25]}
-    grad = grad or {pe: [0.8, 0.7, 0.75] for pe in rev_p}
-    pos_corr = pos_corr or {"alibi": [1.0] * 3, "rope": [0.5, 0.4, 0.6], "learned": [-0.2, 0.1, 0.0]}
-    out = {}
-    for pe in rev_p:
-        out[f"mdm/{pe}"] = group([0, 1, 2], {
-            "rev_p": rev_p[pe], "initial_rev_p": [0.01] * 3, "rev_acc": [min(1.0, 1.1 * x) for x in rev_p[pe]],
-            "fwd_acc": [mdm_fwd] * 3, "grad_cos_mean": grad[pe], "positional_corr": pos_corr[pe],
-            "score_corr_train": [0.9] * 3})
-        out[f"arm/{pe}"] = group([0, 1, 2], {
-            "rev_p": [0.005] * 3, "initial_rev_p": [0.01] * 3, "rev_acc": [arm_rev_acc] * 3, "fwd_acc": [arm_fwd] * 3,
-            "grad_cos_mean": [0.2] * 3})
-    return out
-
-
-PES, KINDS = ["learned", "rope", "alibi"], ["mdm", "arm"]
 
 
 def _reversal(s, chance=0.1) -> dict[str, Claim]:
@@ -250,30 +233,30 @@ def _reversal(s, chance=0.1) -> dict[str, Claim]:
 
 
 def test_reversal_verdicts():
-    assert all(v(c) == ("reproduced", None) for c in _reversal(_summary()).values())
+    assert all(v(c) == ("reproduced", None) for c in _reversal(reversal_summary()).values())
     # the cpu run's pe_ordering: RoPE - learned about -0.44 -> contradicted
-    cl = _reversal(_summary(rev_p={"alibi": [0.9, 0.8, 0.85], "rope": [0.1, 0.12, 0.11], "learned": [0.55, 0.5, 0.6]}))
+    cl = _reversal(reversal_summary(rev_p={"alibi": [0.9, 0.8, 0.85], "rope": [0.1, 0.12, 0.11], "learned": [0.55, 0.5, 0.6]}))
     assert v(cl["pe_ordering"]) == ("contradicted", None) and "rope - learned" in cl["pe_ordering"].detail
-    tie = _reversal(_summary(rev_p={"alibi": [0.9, 0.5, 0.85], "rope": [0.6, 0.55, 0.55], "learned": [0.3, 0.2, 0.25]}))
+    tie = _reversal(reversal_summary(rev_p={"alibi": [0.9, 0.5, 0.85], "rope": [0.6, 0.55, 0.55], "learned": [0.3, 0.2, 0.25]}))
     assert v(tie["pe_ordering"]) == ("inconclusive", "underpowered")  # seeds disagree: the interval spans 0
     # the cpu run's gradient alignment: RoPE cosine 0.318 [0.291, 0.341] under the 0.5 level -> contradicted
-    low = _reversal(_summary(grad={"alibi": [0.8] * 3, "rope": [0.29, 0.32, 0.34], "learned": [0.8] * 3}))
+    low = _reversal(reversal_summary(grad={"alibi": [0.8] * 3, "rope": [0.29, 0.32, 0.34], "learned": [0.8] * 3}))
     assert v(low["gradient_alignment_positive"]) == ("contradicted", None)
-    spans = _reversal(_summary(grad={"alibi": [0.45, 0.6, 0.7], "rope": [0.8] * 3, "learned": [0.1] * 3}))
+    spans = _reversal(reversal_summary(grad={"alibi": [0.45, 0.6, 0.7], "rope": [0.8] * 3, "learned": [0.1] * 3}))
     assert v(spans["gradient_alignment_positive"]) == ("inconclusive", "underpowered")
-    assert v(_reversal(_summary(arm_rev_acc=0.5))["arm_fails_reverse"]) == ("contradicted", None)
+    assert v(_reversal(reversal_summary(arm_rev_acc=0.5))["arm_fails_reverse"]) == ("contradicted", None)
     # a model that never learned the forward facts: precondition
-    assert v(_reversal(_summary(arm_fwd=0.05))["arm_fails_reverse"]) == ("inconclusive", "precondition")
-    at_chance = _reversal(_summary(mdm_fwd=0.05, grad={pe: [0.1] * 3 for pe in PES},
+    assert v(_reversal(reversal_summary(arm_fwd=0.05))["arm_fails_reverse"]) == ("inconclusive", "precondition")
+    at_chance = _reversal(reversal_summary(mdm_fwd=0.05, grad={pe: [0.1] * 3 for pe in PES},
                                    pos_corr={pe: [-0.5, -0.4, -0.6] for pe in PES}))
     assert v(at_chance["gradient_alignment_positive"]) == ("inconclusive", "precondition")
     assert v(at_chance["attention_correlation_positive"]) == ("inconclusive", "precondition")
-    neg = _reversal(_summary(pos_corr={"alibi": [1.0] * 3, "rope": [-0.5, -0.4, -0.6], "learned": [0.9] * 3}))
+    neg = _reversal(reversal_summary(pos_corr={"alibi": [1.0] * 3, "rope": [-0.5, -0.4, -0.6], "learned": [0.9] * 3}))
     assert v(neg["attention_correlation_positive"]) == ("contradicted", None)
     from dlmlab.studies.reversal import claims as C
 
-    assert v(C.pe_ordering(_summary(), ["rope"])) == ("inconclusive", "not_run")
-    assert v(C.make_claims(_summary(), PES, ["mdm"], 0.1)[0]) == ("inconclusive", "not_run")  # no ARM
+    assert v(C.pe_ordering(reversal_summary(), ["rope"])) == ("inconclusive", "not_run")
+    assert v(C.make_claims(reversal_summary(), PES, ["mdm"], 0.1)[0]) == ("inconclusive", "not_run")  # no ARM
 
 
 # ------------------------------------------------------------------------------------------ prediff
