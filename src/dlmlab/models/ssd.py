@@ -13,7 +13,8 @@ consecutive heads share a group, as in the reference Mamba-2) -> ``y`` [B,T,H,P]
 within a chunk of ``chunk`` steps the output is a masked attention-like product
 ``(C B^T * L) (dt x)`` with the decay matrix ``L = exp(segsum(dt A))``; chunk
 states are passed between chunks by a short recurrence over chunks.  Autograd
-differentiates it directly.  :func:`ssd_scan_ref` is the sequential recurrence.
+differentiates it directly.  :func:`ssd_scan_ref` is the sequential recurrence.  The fast CPU
+path, a C++ kernel with a hand-written backward, is :func:`dlmlab.models.ssd_fused.fused_ssd_scan`.
 """
 
 from __future__ import annotations
