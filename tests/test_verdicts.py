@@ -148,7 +148,7 @@ def _cell(arch, task, probe_acc, learned=True, above=True, **kw):
 def test_state_verdicts():
     from dlmlab.studies.state import claims as C
 
-    late, early = [0.5, 0.55, 0.6, 0.62, 1.0], [0.5, 1.0, 1.0, 1.0, 1.0]
+    late = [0.5, 0.55, 0.6, 0.62, 1.0]
     cells = {(a, t): _cell(a, t, late) for a in ("mamba", "lstm") for t in ("parity", "s3")}
     assert v(C.late_in_recurrent(cells)) == ("reproduced", None)
     cells[("lstm", "parity")] = _cell("lstm", "parity", [0.5, 0.6, 1.0, 1.0, 1.0])  # the cpu run: jump at layer 2
