@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import time
 
 import pytest
 import torch
@@ -17,9 +16,7 @@ from dlmlab.studies.induction.presets import InductionPreset
 
 def test_smoke_pipeline_writes_everything(tmp_path):
     study = load_study("induction")
-    t0 = time.time()
     study.run("smoke", tmp_path, progress=False)
-    assert time.time() - t0 < 60
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["study"] == "induction" and res["preset"] == "smoke"
     assert [c["id"] for c in res["claims"]] == list(CLAIM_IDS)
@@ -58,7 +55,6 @@ def test_smoke_pipeline_writes_everything(tmp_path):
     assert "Heads measured two ways" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "report.md").read_text().startswith("# Induction")
     # a second run reuses the trained checkpoints
-    t0 = time.time()
     study.run("smoke", tmp_path, progress=False)
     assert json.loads((tmp_path / "results.json").read_text())["results"]["models"]["dlm_L2"]["accuracy"] == m["accuracy"]
 
