@@ -193,7 +193,25 @@ def test_state_ablation_and_causality_verdicts():
                                               layer_random_drop=[0.0] * 5)}
     assert v(C.readability_causality(rc([0.0, 0.3, 0.0, 0.1, 0.0]))) == ("reproduced", None)
     assert v(C.readability_causality(rc([0.9, 0.0, 0.0, 0.5, 0.0]))) == ("contradicted", None)  # same block
-    assert v(C.readability_causality(rc([0.9, 0.0, 0.0, 0.0, 0.0]))) == ("inconclusive", "precondition")
+    # the cell learned its task but no block's drop clears the control: the mechanism is absent
+    assert v(C.readability_causality(rc([0.9, 0.0, 0.0, 0.0, 0.0]))) == ("contradicted", None)
+    at_chance = rc([0.9, 0.0, 0.0, 0.0, 0.0])
+    at_chance[("lstm", "s3")]["above_chance"] = False
+    assert v(C.readability_causality(at_chance)) == ("inconclusive", "precondition")
+
+
+def test_claims_with_nothing_measured_are_not_run():
+    from dlmlab.studies.reversal import claims as RC
+    from dlmlab.studies.reversal.real import real_claim
+
+    c = real_claim({"runs": [], "seeds": [0, 1, 2], "chance": 0.1})
+    assert c.holds is None and v(c) == ("inconclusive", "not_run")
+    assert v(RC.arm_fails_reverse({}, [], 0.1)) == ("inconclusive", "not_run")
+
+
+def test_a_damaged_stored_verdict_is_shown_as_unjudged_with_the_error():
+    j = judgement_of({"verdict": "reproduced", "reason": "underpowered", "holds": True})
+    assert (j.verdict, j.reason) == ("inconclusive", "unjudged") and "invalid" in j.detail
 
 
 def test_state_conv1d_verdicts_follow_the_intervals():

@@ -181,8 +181,8 @@ def judgement_of(d: dict) -> Judgement:
     if d.get("verdict") in VERDICTS:
         try:
             return Judgement(d["verdict"], d.get("reason"), d.get("detail") or "")
-        except ValueError:
-            pass
+        except ValueError as e:  # a damaged or foreign verdict: shown as unjudged, with what was wrong
+            return Judgement("inconclusive", "unjudged", f"stored verdict {d['verdict']!r} is invalid: {e}")
     return legacy_judgement(d.get("holds"))
 
 

@@ -46,6 +46,9 @@ def _part(j: Judgement, pre: Judgement | None) -> Judgement:
 
 
 def arm_fails_reverse(summary, positions, chance):
+    if not positions:
+        return claim("arm_fails_reverse", "needs at least one positional encoding", None,
+                     judgement=not_run("no positional encoding was run"), chance=chance)
     ev, ok, parts = {}, True, []
     for pe in positions:
         f, r = ci(summary, "arm", pe, "fwd_acc"), ci(summary, "arm", pe, "rev_acc")

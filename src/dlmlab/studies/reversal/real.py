@@ -27,7 +27,7 @@ from dlmlab.models import Transformer
 from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.report import Table, claim
-from dlmlab.report.claims import combine, underpowered, verdict_from_interval
+from dlmlab.report.claims import combine, not_run, underpowered, verdict_from_interval
 from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
 from dlmlab.studies.reversal.presets import RealDataPreset
@@ -272,6 +272,9 @@ def real_claim(real: dict):
     part (above 0: reproduced; below 0: contradicted; reaching 0: underpowered) and the parts are combined."""
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
     ev: dict = {"seeds": real["seeds"], "chance": real["chance"]}
+    if not pes:
+        return claim("real_mdm_beats_arm_reverse", "needs real-data runs", None,
+                     judgement=not_run("no real-data run was made"), **ev)
     enough = len(real["seeds"]) >= MIN_SEEDS
     holds, parts = enough, []
     for pe in pes:

@@ -316,8 +316,8 @@ def readability_causality(cells, margin: float = CAUSAL_MARGIN) -> Claim:
     with_causal = {k: r for k, r in per.items() if r["causal_block"] is not None}
     split = sorted(k for k, r in with_causal.items() if r["readable_block"] != r["causal_block"])
     if not with_causal:
-        return claim(cid, st, False, judgement=precondition_failed(f"no cell has a causal block (no block's ablation "
-                     f"drop clears its random control by {margin})"),
+        return claim(cid, st, False, judgement=contradicted(f"no cell has a causal block (no block's ablation "
+                     f"drop clears its random control by {margin}) although the cells learned their task"),
                      reason=f"no block's ablation drop clears its random control by {margin}",
                      no_causal_block=sorted(no_causal), cells=per, **lists)
     text = "; ".join(f"{k}: readable block {r['readable_block']}, causal block {r['causal_block']}"
