@@ -21,6 +21,7 @@ SMOKE_VERDICTS = {"hybrid_beats_uniform_bidirectional": ("inconclusive", "underp
 
 def test_smoke_end_to_end(tmp_path):
     res = run("smoke", tmp_path, progress=False)
+    assert res.wall_time_s > 0  # recorded (a speed budget belongs in benchmarks/, not in a test)
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["study"] == "prediff" and data["preset"] == "smoke"
     assert {c["id"] for c in data["claims"]} == CLAIMS
@@ -50,7 +51,6 @@ def test_smoke_end_to_end(tmp_path):
     assert all(len(v) >= 2 for v in by_prompt.values())
     report = (tmp_path / "report.md").read_text()
     assert "Main results" in report and "few_step_sampling_faster_than_ar" in report
-    assert res.wall_time_s < 150  # measured ~60 s alone on 2 cores; slack for a shared machine
 
 
 def _timed(tokens_per_s: float, rounds: int = 5, interleaved: bool = True) -> dict:

@@ -254,9 +254,6 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
     return folded
 
 
-
-
-
 @torch.no_grad()
 def fold_gap(model, folded, tokens: torch.Tensor, **forward_kwargs) -> dict[str, float]:
     """How far the folded model is from the original on ``tokens``: max |logit diff| and mean KL (nats)."""

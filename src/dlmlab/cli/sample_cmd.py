@@ -89,23 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def load_denoiser(path: str) -> tuple[ModelDenoiser, object, int | None]:
-    """(denoiser, tokenizer, max positions or None) of a masked-diffusion model that :func:`dlmlab.load` loads."""
-    den, tok, limit, _ = _load(path)
-    return den, tok, limit
-
-
 def _limit(model) -> int | None:
     """The model's max positions (learned position embeddings), else None."""
     cfg = getattr(model, "cfg", None)
     return cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
 
 
-def _load(path: str, step: int | None = None, run=None):
-    """(denoiser, tokenizer, max positions or None, noise schedule or None) of what :func:`dlmlab.load` loads."""
-    from dlmlab.loading import load  # (takes step=; dlmlab.load forwards only dtype and device)
-
-    run = run if run is not None else load(path, step=step)
+def _load(path: str, run):
+    """(denoiser, tokenizer, max positions or None, noise schedule or None) of a loaded masked-diffusion run."""
     if run.objective != "mdlm" or run.mask_id is None:
         raise UserError(f"{path} holds a model trained with objective {run.objective!r}; masked-diffusion "
                         "decoding needs an mdlm model (`dlmlab sample` samples an ar model left to right)")
@@ -198,7 +189,7 @@ def build_canvas(tok, mask_id: int, args) -> tuple[list[int], int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlmlab.loading import load  # (takes step=; dlmlab.load forwards only dtype and device)
+    from dlmlab import load
 
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
@@ -225,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
-    den, tok, limit, trained = _load(args.run, run=loaded)
+    den, tok, limit, trained = _load(args.run, loaded)
     cfg = dataclasses.replace(cfg, noise=noise_schedule(args.noise, trained))
     mask_id = den.mask_id
     canvas, P, prompt_text = build_canvas(tok, mask_id, args)

@@ -142,9 +142,11 @@ class TaggingObjective:
         return {"tokens": tokens, **extra}
 
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict]:
-        logits = model(batch["tokens"])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
-        acc = (logits.argmax(-1) == batch["labels"]).float().mean()
+        dev = _device(model)
+        labels = batch["labels"].to(dev)
+        logits = model(batch["tokens"].to(dev))
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        acc = (logits.argmax(-1) == labels).float().mean()
         return loss, {"loss": float(loss.detach()), "acc": float(acc)}
 
 

@@ -178,7 +178,7 @@ def compare_runs(paths: list[str | Path]) -> str:
     for p in paths:
         res = json.loads(Path(p).read_text())
         ids = res.get("config", {}).get("random_ids")
-        for key in sorted(res["results"]["models"], key=lambda k: (k[-1], k)):
+        for key in sorted(res["results"]["models"], key=lambda k: (int(k.rsplit("L", 1)[-1]), k)):
             m = res["results"]["models"][key]
             tw = m.get("heads_twoways")
             if not tw:
