@@ -46,29 +46,36 @@ def _cpu_signature() -> str:
         return platform.processor() or platform.machine()
 
 
-def build_dir() -> Path:
+def build_dir(source: Path = SOURCE, folder: str = "fused_scan") -> Path:
     """Per-user cache folder for this source, these flags, this torch and this CPU."""
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(CFLAGS), torch.__version__,
+    key = hashlib.sha256("\n".join([source.read_text(), " ".join(CFLAGS), torch.__version__,
                                     sys.version, _cpu_signature()]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "dlmlab" / "fused_scan" / key
+    return root / "dlmlab" / folder / key
+
+
+def build_ops(name: str, source: Path, folder: str, what: str, fallback: str):
+    """Compile ``source`` (cached in :func:`build_dir`) and return ``torch.ops.<name>``, or ``None`` after one
+    warning "``what`` unavailable (...); using ``fallback``" when it cannot be built (shared by every kernel)."""
+    try:
+        from torch.utils.cpp_extension import load
+
+        out = build_dir(source, folder)
+        out.mkdir(parents=True, exist_ok=True)
+        load(name=name, sources=[str(source)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+             build_directory=str(out), is_python_module=False, verbose=False)
+        return getattr(torch.ops, name)
+    except Exception as e:  # noqa: BLE001 -- any build failure means: use the fallback
+        warnings.warn(f"{what} unavailable ({type(e).__name__}: {str(e).strip()[:300]}); using {fallback}",
+                      RuntimeWarning, stacklevel=4)
+        return None
 
 
 @functools.lru_cache(maxsize=None)
 def load_extension():
     """The compiled ops (``torch.ops.dlmlab_fused_scan``: ``forward`` / ``backward``), or ``None`` after one warning."""
-    try:
-        from torch.utils.cpp_extension import load
-
-        out = build_dir()
-        out.mkdir(parents=True, exist_ok=True)
-        load(name="dlmlab_fused_scan", sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
-             build_directory=str(out), is_python_module=False, verbose=False)
-        return torch.ops.dlmlab_fused_scan
-    except Exception as e:  # noqa: BLE001 -- any build failure means: use the fallback
-        warnings.warn(f"fused selective scan unavailable ({type(e).__name__}: {str(e).strip()[:300]}); "
-                      f"using the pure-PyTorch chunked scan", RuntimeWarning, stacklevel=3)
-        return None
+    return build_ops("dlmlab_fused_scan", SOURCE, "fused_scan", "fused selective scan",
+                     "the pure-PyTorch chunked scan")
 
 
 def available() -> bool:

@@ -26,43 +26,20 @@ built, :func:`fused_ssd_scan` warns once and falls back to the pure-PyTorch chun
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
-import sys
-import warnings
 from pathlib import Path
 
 import torch
 
-from dlmlab.models.fused_scan import CFLAGS, _cpu_signature
+from dlmlab.models.fused_scan import build_ops
 from dlmlab.models.ssd import _grouped, ssd_scan
 
 SOURCE = Path(__file__).with_name("csrc") / "ssd_scan.cpp"
 
 
-def build_dir() -> Path:
-    """Per-user cache folder for this source, these flags, this torch and this CPU."""
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(CFLAGS), torch.__version__,
-                                    sys.version, _cpu_signature()]).encode()).hexdigest()[:16]
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "dlmlab" / "ssd_scan" / key
-
-
 @functools.lru_cache(maxsize=None)
 def load_extension():
     """The compiled ops (``torch.ops.dlmlab_ssd``: ``forward`` / ``backward``), or ``None`` after one warning."""
-    try:
-        from torch.utils.cpp_extension import load
-
-        out = build_dir()
-        out.mkdir(parents=True, exist_ok=True)
-        load(name="dlmlab_ssd", sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
-             build_directory=str(out), is_python_module=False, verbose=False)
-        return torch.ops.dlmlab_ssd
-    except Exception as e:  # noqa: BLE001 -- any build failure means: use the fallback
-        warnings.warn(f"fused SSD scan unavailable ({type(e).__name__}: {str(e).strip()[:300]}); "
-                      f"using the pure-PyTorch chunked SSD scan", RuntimeWarning, stacklevel=3)
-        return None
+    return build_ops("dlmlab_ssd", SOURCE, "ssd_scan", "fused SSD scan", "the pure-PyTorch chunked SSD scan")
 
 
 def available() -> bool:
