@@ -177,10 +177,11 @@ def _page_data(page: str) -> dict:
 
 def _expected(run, gen_len, steps, seed, n=1):
     """The trajectory `dlmlab sample` decodes: (records, prompt length)."""
-    den, tok, _, _ = sample_cmd._load(str(run))
+    den, tok, _, trained = sample_cmd._load(str(run), load(str(run)))
     ids = tok.encode("The ")
     x = torch.tensor([ids + [den.mask_id] * gen_len] * n)
-    res = decode(den, x, len(ids), DecodeConfig(steps=steps), torch.Generator().manual_seed(seed), record=True)
+    cfg = DecodeConfig(steps=steps, noise=sample_cmd.noise_schedule(None, trained))
+    res = decode(den, x, len(ids), cfg, torch.Generator().manual_seed(seed), record=True)
     return res, len(ids)
 
 

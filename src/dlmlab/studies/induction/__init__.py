@@ -154,15 +154,16 @@ def _twoways_tables(models: dict, keys: list[str]) -> list[Table]:
 
 
 def _cost_table(models: dict, keys: list[str]) -> Table:
-    c = twoways_cost(models)
-    rows = [[k, models[k]["heads_twoways"]["seconds"], models[k]["train"]["seconds"],
-             models[k]["train"].get("analyse_seconds")] for k in keys if "heads_twoways" in models[k]]
-    rows.append(["all (fraction of training + analysis: {:.4f}; of analysis: {:.4f})".format(
-        c["fraction_of_jobs"] or float("nan"), c["fraction_of_analysis"] or float("nan")),
-        c["seconds"], c["train_seconds"], c["analyse_seconds"]])
+    """One row per model with head scores, then "all"; the fractions are of wall time (columns named "time")."""
+    rows = []
+    for k in [k for k in keys if "heads_twoways" in models[k]] + ["all"]:
+        c = twoways_cost(models if k == "all" else {k: models[k]})
+        rows.append([k, c["seconds"], c["train_seconds"], c["analyse_seconds"], c["fraction_of_jobs"],
+                     c["fraction_of_analysis"]])
     return Table("Cost of the two-ways head scores (final model + every checkpoint) vs the job's training and "
                  "analysis, seconds in this invocation", ["model", "two-ways seconds", "train seconds",
-                                                         "analysis seconds"], rows)
+                                                         "analysis seconds", "time fraction of training + analysis",
+                                                         "time fraction of analysis"], rows)
 
 
 def twoways_cost(models: dict) -> dict:

@@ -57,8 +57,7 @@ def build(variant: str, task, p: StatePreset):
                        n_layers=p.n_layers, **over)
 
 
-TAGGING = TaggingObjective()
-tagging_loss = TAGGING.loss  # (model, {"tokens", "labels"}) -> (float32 cross-entropy, {loss, acc})
+TAGGING = TaggingObjective()  # loss: (model, {"tokens", "labels"}) -> (float32 cross-entropy, {loss, acc})
 
 
 def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps: int | None = None,
@@ -72,7 +71,7 @@ def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps:
         x, y = sample(task, p.batch_size, p.train_len, gen, "train")
         return TAGGING.make_batch(x, gen, labels=y)
 
-    return train(model, cfg, make_batch, tagging_loss, out_dir=None, desc=desc)
+    return train(model, cfg, make_batch, TAGGING.loss, out_dir=None, desc=desc)
 
 
 @dataclass
