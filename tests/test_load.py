@@ -129,6 +129,25 @@ def test_train_without_objective_or_with_a_custom_model(tmp_path):
               out_dir=tmp_path / "d", objective="mdlm")
 
 
+def test_a_cards_mask_time_range_is_checked(tmp_path):
+    from conftest import tiny_transformer
+
+    with pytest.raises(UserError, match="belongs to objective 'mdlm', not 'ar'"):
+        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
+              out_dir=tmp_path / "a", objective="ar", t_range=(0.1, 0.5))
+    with pytest.raises(UserError, match=r"t_range must satisfy 0 <= lo < hi <= 1, got \[0.5, 0.1\]"):
+        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
+              out_dir=tmp_path / "b", objective="mdlm", mask_id=10, t_range=(0.5, 0.1))
+    train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
+          out_dir=tmp_path / "c", objective="mdlm", mask_id=10, t_range=(0.1, 0.5))
+    assert dlmlab.load(tmp_path / "c").t_range == (0.1, 0.5)
+    card = json.loads((tmp_path / "c" / "model.json").read_text())
+    for f in (tmp_path / "c").rglob("model.json"):  # the run's card and each checkpoint's
+        f.write_text(json.dumps({**card, "t_range": "wide"}))
+    with pytest.raises(UserError, match="model.json: t_range must be two numbers"):
+        dlmlab.load(tmp_path / "c")
+
+
 @pytest.mark.parametrize("text,msg", [
     ("objective: dlm\n", "objective: 'dlm' is an old name of masked diffusion; write objective: mdlm"),
     ("objective: mdm\n", "write objective: mdlm"),

@@ -113,6 +113,34 @@ def test_every_training_site_scores_through_an_objective(spy, tmp_path):
     assert spy == ["TaggingObjective"]
 
 
+@pytest.mark.parametrize("method", ["prediff", "diffugpt", "attn_obj"])
+def test_prediff_methods_draw_their_batch_through_one_objective(method):
+    """A diffusion method's batch fields (prompt, times, mask noise, self-conditioning rows, annealed mask) come
+    from PrefixDiffusionObjective.make_batch, in one documented order, and make_task's loss is its loss."""
+    from dlmlab.data import TokenStream
+    from dlmlab.prediff import METHODS, PrefixDiffusionObjective, annealed_mask, make_task, method_objective
+    from dlmlab.prediff.objectives import cosine_mask_rates
+
+    m = METHODS[method]
+    obj = method_objective(m, 16, 10, prompt_frac=0.5)
+    assert isinstance(obj, PrefixDiffusionObjective) and isinstance(obj, O.Objective)
+    assert isinstance(method_objective(METHODS["ar_control"], 16, 10), O.ARObjective)
+    stream = torch.randint(0, 30, (400,))
+    mb, lf = make_task(m, stream, 16, 4, 10)
+    assert lf.__self__.__class__ is PrefixDiffusionObjective
+    b = mb(3, torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(7)
+    x = TokenStream.windows(stream, 4, 16, g)
+    t = cosine_mask_rates(4, g)
+    noise, sc = torch.rand(x.shape, generator=g), torch.rand(4, generator=g) < m.self_cond_frac
+    assert torch.equal(b["tokens"], x) and torch.equal(b["t"], t) and torch.equal(b["noise"], noise)
+    assert torch.equal(b["self_cond"], sc) and b["prompt_len"].tolist() == [8] * 4
+    if m.attention in ("annealed", "hybrid_annealed"):
+        assert torch.equal(b["attn"], annealed_mask(m.attention, b["prompt_len"], 16, obj.progress(3), g))
+    else:
+        assert "attn" not in b
+
+
 @pytest.mark.parametrize("objective", ["ar", "mdlm"])
 def test_dlmlab_train_task_is_the_objective(objective, spy):
     from dlmlab.data import TokenStream
@@ -180,6 +208,7 @@ def test_induction_dlm_run_loads_as_mdlm_and_samples(tmp_path, capsys):
     loaded = dlmlab.load(run)
     assert loaded.objective == "mdlm" and loaded.mask_id == data.vocab.mask_id and not loaded.shift_logits
     assert loaded.noise == LinearSchedule(eps=1e-3) and card["noise"] == {"name": "linear", "eps": 0.001}
+    assert card["t_range"] == [p.t_min, p.t_max] and loaded.t_range == (p.t_min, p.t_max)  # the trained mask rates
     assert loaded.tokenizer is not None
     assert main(["sample", str(run), "--prompt", "the", "--gen-len", "6", "--steps", "3", "--temperature", "0",
                  "--format", "jsonl", "--no-progress"]) == 0
@@ -187,7 +216,7 @@ def test_induction_dlm_run_loads_as_mdlm_and_samples(tmp_path, capsys):
     assert row["full"].startswith("the") and len(row["filled_ids"]) == 6
     ar = tmp_path / "ar_L1"
     train_model(dataclasses.replace(p, steps=2, text_steps=1), data, 1, "ar", ar, progress=False)
-    assert dlmlab.load(ar).objective == "ar" and dlmlab.load(ar).mask_id is None
+    assert dlmlab.load(ar).objective == "ar" and dlmlab.load(ar).mask_id is None and dlmlab.load(ar).t_range is None
 
 
 def test_reversal_real_mdm_run_keeps_its_mask_and_schedule(tmp_path):

@@ -53,6 +53,8 @@ class Loaded:
     was trained with: the run's ``noise`` (``model.json``, else the run's ``config.json``), the default
     linear schedule for runs that name none and for LLaDA / Dream (masks drawn at ``t ~ U[0, 1]``);
     ``None`` for AR models and ``train()`` runs not told their objective;
+    t_range: ``(lo, hi)`` when training drew the mask times uniformly on that range instead of from ``noise``
+    (the induction study's DLMs), else ``None``;
     bidirectional: every position sees the whole sequence by default;
     family: ``transformer``, ``mamba``, ``mamba2``, ``lstm``, ``gru`` (or the HF loader's family);
     source: the folder given; format: ``"run"``, ``"checkpoint"``, or the Hugging Face model type;
@@ -70,10 +72,33 @@ class Loaded:
     bidirectional: bool = False
     step: int | None = None
     noise: Any = None
+    t_range: tuple[float, float] | None = None
 
 
 def _is_checkpoint(p: Path) -> bool:
     return (p / "model.safetensors").is_file() and (p / "state.json").is_file()
+
+
+def _run_of(path: Path) -> Path:
+    """The run folder of a run folder or of one of its ``checkpoints/`` folders."""
+    return path.parent.parent if path.parent.name == "checkpoints" else path
+
+
+def is_training_run(path: Path) -> bool:
+    """A dlmlab training run (``dlmlab train``, or ``train(out_dir=...)``) or one of its checkpoint folders:
+    checkpoints, a model card or a run config, and no Hugging Face ``config.json``."""
+    run = _run_of(path)
+    if _hf_config(run) is not None:
+        return False
+    return ((run / "checkpoints").is_dir() or (run / "model.json").is_file() or _is_checkpoint(path)
+            or (run / "config.json").is_file())
+
+
+def has_run_config(path: Path) -> bool:
+    """A ``dlmlab train`` run (or one of its checkpoints): its ``config.json`` is a run config, not a Hugging Face
+    one (a damaged run config counts, so that its error names the file and line)."""
+    run = _run_of(path)
+    return (run / "config.json").is_file() and _hf_config(run) is None
 
 
 def _hf_config(p: Path) -> dict | None:
@@ -115,7 +140,7 @@ def _noise(objective: str | None, recorded):
 def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device,
                run: Path | None = None) -> Loaded:
     from dlmlab.data.tokenizer import load_tokenizer
-    from dlmlab.training.card import TOKENIZER_NAME, build_from_card, card_noise
+    from dlmlab.training.card import TOKENIZER_NAME, build_from_card, card_noise, card_t_range
     from dlmlab.training.checkpoint import load_checkpoint
 
     model = build_from_card(card)
@@ -130,7 +155,8 @@ def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: st
     return Loaded(model=_place(model, dtype, device), tokenizer=tokenizer, objective=objective,
                   mask_id=card.get("mask_id"), shift_logits=bool(card.get("shift_logits", True)),
                   family=card["family"], source=source, format=fmt, bidirectional=bool(card.get("bidirectional")),
-                  step=int(state["step"]) if "step" in state else None, noise=_noise(objective, noise))
+                  step=int(state["step"]) if "step" in state else None, noise=_noise(objective, noise),
+                  t_range=card_t_range(card))
 
 
 def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, device) -> Loaded:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.errors import UserError
+from dlmlab.loading import is_training_run
 from dlmlab.report.claims import judgement_of
 from dlmlab.report.results import fmt, load_results as _load_results
 
@@ -47,12 +48,6 @@ def load_results(path: Path) -> dict:
     if not isinstance(res, dict):
         raise UserError(f"{path / 'results.json'} is not a dlmlab results file (expected a JSON object)")
     return res
-
-
-def _is_train_run(path: Path) -> bool:
-    """A ``dlmlab train`` / ``train()`` run folder or one of its checkpoint folders."""
-    return ((path / "checkpoints").is_dir() or (path / "model.json").is_file()
-            or ((path / "model.safetensors").is_file() and (path / "state.json").is_file()))
 
 
 def _json_file(path: Path) -> Any:
@@ -107,7 +102,7 @@ def load_run(path: str | Path) -> Run:
         why = "a file" if path.exists() else "nothing there"
         raise UserError(f"{path} is not a directory ({why}); give a folder written by `dlmlab reproduce` "
                         "or `dlmlab train`")
-    if not (path / "results.json").exists() and _is_train_run(path):
+    if not (path / "results.json").exists() and is_training_run(path):
         return load_train_run(path)
     if (path / "results.json").exists():
         res = load_results(path)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 from dlmlab.data import DataConfig, load_corpus
 from dlmlab.errors import UserError
+from dlmlab.loading import has_run_config
 from dlmlab.training.lm import evaluate_lm, load_run
 
 
@@ -27,15 +28,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                "(default: 128, or the model's max positions if fewer)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per batch, not for `dlmlab train` runs (8)")
     p.add_argument("--batches", type=int, default=8, help="batches evaluated, not for `dlmlab train` runs (8)")
-
-
-def _is_train_run(path: Path) -> bool:
-    """A ``dlmlab train`` run folder or one of its checkpoints: its ``config.json`` is a run config, not a
-    Hugging Face one (a damaged run config counts, so that its error names the file and line)."""
-    run = path.parent.parent if path.parent.name == "checkpoints" else path
-    from dlmlab.loading import _hf_config  # the loader's test for a Hugging Face config.json
-
-    return (run / "config.json").is_file() and _hf_config(run) is None
 
 
 def _eval_loaded(args: argparse.Namespace) -> dict:
@@ -74,7 +66,7 @@ def _eval_loaded(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not _is_train_run(Path(args.run_dir)):
+    if not has_run_config(Path(args.run_dir)):
         print(json.dumps(_eval_loaded(args)))
         return 0
     model, cfg, tok = load_run(args.run_dir)

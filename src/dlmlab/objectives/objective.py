@@ -44,7 +44,8 @@ class Objective(Protocol):
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict]: ...
 
 
-def _device(model) -> torch.device:
+def model_device(model) -> torch.device:
+    """The device of the model's first parameter (CPU for a model without parameters)."""
     p = next(iter(model.parameters()), None)
     return p.device if p is not None else torch.device("cpu")
 
@@ -75,7 +76,7 @@ class ARObjective:
         return {"tokens": tokens, **extra}
 
     def loss(self, model, batch: Batch, **forward_kwargs) -> tuple[torch.Tensor, dict]:
-        x = batch["tokens"].to(_device(model))
+        x = batch["tokens"].to(model_device(model))
         logits = model(x[:, :-1], **forward_kwargs)
         if self.float32:
             logits = logits.float()
@@ -124,7 +125,7 @@ class MaskedDiffusionObjective:
         return {"tokens": tokens, "t": t, "noise": torch.rand(tokens.shape, generator=gen), **extra}
 
     def loss(self, model, batch: Batch, **forward_kwargs) -> tuple[torch.Tensor, dict]:
-        dev = _device(model)
+        dev = model_device(model)
         x = batch["tokens"].to(dev)
         maskable = x != self.pad_id if self.pad_id is not None else None
         return mdlm_loss(model, x, self.mask_id, t=batch["t"].to(dev), noise=batch["noise"].to(dev),
@@ -142,7 +143,7 @@ class TaggingObjective:
         return {"tokens": tokens, **extra}
 
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict]:
-        dev = _device(model)
+        dev = model_device(model)
         labels = batch["labels"].to(dev)
         logits = model(batch["tokens"].to(dev))
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())

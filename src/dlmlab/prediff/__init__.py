@@ -7,9 +7,10 @@ study in :mod:`dlmlab.studies.prediff`.
 """
 
 from dlmlab.prediff.model import PreDiffLM, TimeEmbedding, add_mask_token, sinusoidal
-from dlmlab.prediff.objectives import (LOSSES, METHODS, MethodConfig, annealed_mask, diffusion_loss, eval_nelbo,
-                                      eval_nelbo_per_window, eval_original_weighting, make_task, prompt_length)
+from dlmlab.prediff.objectives import (LOSSES, METHODS, MethodConfig, PrefixDiffusionObjective, annealed_mask,
+                                      diffusion_loss, eval_nelbo, eval_nelbo_per_window, eval_original_weighting,
+                                      make_task, method_objective, prompt_length)
 
 __all__ = ["PreDiffLM", "TimeEmbedding", "add_mask_token", "sinusoidal", "METHODS", "MethodConfig", "annealed_mask",
-           "diffusion_loss", "eval_nelbo", "eval_nelbo_per_window", "eval_original_weighting", "make_task", "LOSSES",
+           "diffusion_loss", "eval_nelbo", "eval_nelbo_per_window", "eval_original_weighting", "make_task", "PrefixDiffusionObjective", "method_objective", "LOSSES",
            "prompt_length"]

@@ -48,11 +48,12 @@ from dlmlab.config import Config, require
 from dlmlab.data import TokenStream
 from dlmlab.models.masks import build_mask
 from dlmlab.objectives import ARObjective, corrupt, masked_nll
+from dlmlab.objectives.objective import Batch, model_device
 from dlmlab.objectives.mdlm import nelbo_per_row
 from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, uniform_times
 
 Attention = Literal["hybrid", "bidirectional", "annealed", "hybrid_annealed", "causal"]
-Objective = Literal["mdlm", "shifted_mdlm", "ar"]
+ObjectiveName = Literal["mdlm", "shifted_mdlm", "ar"]
 Loss = Literal["masked_ce", "mdlm_bound"]
 LOSSES: tuple[str, ...] = ("masked_ce", "mdlm_bound")
 COSINE_T_RANGE = (0.01, 0.99)  # the study's clip of the cosine mask rates
@@ -76,7 +77,7 @@ class MethodConfig(Config):  # checked when built (options, finite numbers, vali
     name: str
     init: Literal["pretrained", "scratch"] = "pretrained"
     attention: Attention = "hybrid"
-    objective: Objective = "mdlm"
+    objective: ObjectiveName = "mdlm"
     self_cond_frac: float = 0.5  # share of each batch trained with a self-conditioning first pass
     anneal_frac: float = 0.5
 
@@ -130,42 +131,76 @@ def annealed_mask(kind: str, prompt_len: torch.Tensor, T: int, progress: float, 
     return torch.where(both_target, opened, hybrid)
 
 
-def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, batch: int, steps: int,
-              device: str | torch.device = "cpu", prompt_frac: float = 0.5, loss: Loss = "masked_ce",
-              schedule: NoiseSchedule | None = None):
-    """(make_batch, loss_fn) for ``training.train``; all randomness is drawn in make_batch (global batch, on CPU)
-    and moved to ``device`` (the model's) in loss_fn.  Diffusion rows have a clean prompt of
-    ``prompt_length(prompt_frac, seq_len)`` tokens and are trained with ``loss`` (see :data:`LOSSES`);
-    ``schedule``: the noise schedule of ``mdlm_bound`` (default linear; ``masked_ce`` draws mask rates itself)."""
-    method.validate()
-    require(loss in LOSSES, f"loss must be one of {LOSSES}, got {loss!r}")
-    T = seq_len
-    sched = get_schedule(schedule)
-    ar = ARObjective()
+class PrefixDiffusionObjective:
+    """A diffusion method's objective (:class:`~dlmlab.objectives.objective.Objective` protocol): a window's
+    first ``prompt_length(prompt_frac, seq_len)`` tokens stay clean and the rest is masked at rate ``t``.
 
-    def make_batch(step: int, gen: torch.Generator) -> dict:
-        x = TokenStream.windows(stream_train, batch, T + (1 if not method.is_diffusion else 0), gen)
-        if not method.is_diffusion:
-            return ar.make_batch(x, gen)
-        P = torch.full((batch,), prompt_length(prompt_frac, T), dtype=torch.long)
-        t = cosine_mask_rates(batch, gen) if loss == "masked_ce" else sched.sample_t(batch, gen)
-        out = {"tokens": x, "prompt_len": P, "t": t, "noise": torch.rand(x.shape, generator=gen),
-               "self_cond": torch.rand(batch, generator=gen) < method.self_cond_frac}
-        if method.attention in ("annealed", "hybrid_annealed"):
-            progress = min(1.0, step / max(1.0, method.anneal_frac * steps))
-            out["attn"] = annealed_mask(method.attention, P, T, progress, gen)
-        return out
+    ``make_batch(tokens [B, T], gen, step=0)`` draws, in this order: ``t`` [B] (``masked_ce``: the study's
+    cosine mask rates; ``mdlm_bound``: ``schedule``'s times), ``noise`` [B, T] uniforms for the masks,
+    ``self_cond`` [B] bool rows with a self-conditioning first pass, and for an annealed method ``attn``
+    [B, 1, T, T], the mask opened to ``min(1, step / (anneal_frac * steps))``; ``prompt_len`` [B] is fixed.
+    ``loss(model, batch)`` is :func:`diffusion_loss` on the model's device (``attn`` when drawn, else the
+    method's final mask)."""
 
-    def loss_fn(model, b: dict):
-        b = {k: v.to(device) for k, v in b.items()}
-        if not method.is_diffusion:
-            return ar.loss(model, b)
+    name = "mdlm"
+
+    def __init__(self, method: MethodConfig, seq_len: int, steps: int, prompt_frac: float = 0.5,
+                 loss: Loss = "masked_ce", schedule: NoiseSchedule | str | None = None) -> None:
+        method.validate()
+        require(method.is_diffusion, f"{method.name} is not a diffusion method (its objective is AR)")
+        require(loss in LOSSES, f"loss must be one of {LOSSES}, got {loss!r}")
+        self.method, self.steps, self.loss_name = method, steps, loss
+        self.prompt_len = prompt_length(prompt_frac, seq_len)
+        self.schedule = get_schedule(schedule)
+
+    def progress(self, step: int) -> float:
+        """How far an annealed mask has opened at ``step`` (0: causal, 1: the method's final mask)."""
+        return min(1.0, step / max(1.0, self.method.anneal_frac * self.steps))
+
+    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None, step: int = 0,
+                   **extra: torch.Tensor) -> Batch:
+        B, T = tokens.shape
+        P = torch.full((B,), self.prompt_len, dtype=torch.long)
+        t = cosine_mask_rates(B, gen) if self.loss_name == "masked_ce" else self.schedule.sample_t(B, gen)
+        out = {"tokens": tokens, "prompt_len": P, "t": t, "noise": torch.rand(tokens.shape, generator=gen),
+               "self_cond": torch.rand(B, generator=gen) < self.method.self_cond_frac}
+        if self.method.attention in ("annealed", "hybrid_annealed"):
+            out["attn"] = annealed_mask(self.method.attention, P, T, self.progress(step), gen)
+        return {**out, **extra}
+
+    def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict]:
+        dev = model_device(model)
+        b = {k: v.to(dev) for k, v in batch.items()}
         attn = b.get("attn")
         return diffusion_loss(model, b["tokens"], b["prompt_len"], b["t"], b["noise"], b["self_cond"],
-                              attn_mask=attn if attn is not None else method.final_attention, loss=loss,
-                              schedule=sched if loss == "mdlm_bound" else None)  # masked_ce: t is the mask rate
+                              attn_mask=attn if attn is not None else self.method.final_attention, loss=self.loss_name,
+                              schedule=self.schedule if self.loss_name == "mdlm_bound" else None)  # masked_ce: t is the rate
 
-    return make_batch, loss_fn
+
+def method_objective(method: MethodConfig, seq_len: int, steps: int, prompt_frac: float = 0.5,
+                     loss: Loss = "masked_ce", schedule: NoiseSchedule | str | None = None):
+    """The objective a method trains with: :class:`ARObjective` (``ar_control``, windows of ``seq_len + 1``)
+    or :class:`PrefixDiffusionObjective`."""
+    method.validate()
+    if not method.is_diffusion:
+        return ARObjective()
+    return PrefixDiffusionObjective(method, seq_len, steps, prompt_frac, loss, schedule)
+
+
+def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, batch: int, steps: int,
+              prompt_frac: float = 0.5, loss: Loss = "masked_ce", schedule: NoiseSchedule | None = None):
+    """(make_batch, loss_fn) for ``training.train``: windows of ``stream_train`` through the method's objective
+    (:func:`method_objective`).  All randomness is drawn in make_batch (global batch, on CPU); the loss moves
+    the batch to the model's device."""
+    require(loss in LOSSES, f"loss must be one of {LOSSES}, got {loss!r}")
+    obj = method_objective(method, seq_len, steps, prompt_frac, loss, schedule)
+    width = seq_len + (0 if method.is_diffusion else 1)
+
+    def make_batch(step: int, gen: torch.Generator) -> dict:
+        x = TokenStream.windows(stream_train, batch, width, gen)
+        return obj.make_batch(x, gen, step=step) if method.is_diffusion else obj.make_batch(x, gen)
+
+    return make_batch, obj.loss
 
 
 def diffusion_loss(model, tokens: torch.Tensor, prompt_len: torch.Tensor, t: torch.Tensor, noise: torch.Tensor,

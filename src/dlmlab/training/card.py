@@ -6,13 +6,15 @@ checkpoint folder in it holds ``model.json`` (and ``tokenizer.json`` when the ru
     {"format": "dlmlab-model", "version": 1, "family": "mamba",
      "config": {...every field of the model's config, vocab_size included...},
      "objective": "mdlm", "mask_id": 65, "shift_logits": false, "bidirectional": false,
-     "noise": {"name": "loglinear", "eps": 0.001, "t_lo": 0.001}}
+     "noise": {"name": "loglinear", "eps": 0.001, "t_lo": 0.001}, "t_range": [0.02, 0.5]}
 
 ``objective`` is ``"ar"``, ``"mdlm"`` or ``null`` (a :func:`~dlmlab.training.train` call that was not
 told); ``mask_id`` is the masked-diffusion mask token (``null`` for AR); ``shift_logits`` says whether
 the logits at position ``i`` predict token ``i + 1`` (AR) or token ``i`` itself (masked diffusion).
 ``noise`` (mdlm only, optional) is the noise schedule the model was trained with
-(:mod:`dlmlab.training.noise`); a card without one means the default linear schedule.
+(:mod:`dlmlab.training.noise`); a card without one means the default linear schedule.  ``t_range``
+(mdlm only, optional) is ``[lo, hi]`` when training drew the mask times uniformly on that range rather than
+from the schedule on ``[t_min, 1]`` (the induction study's narrower mask rates).
 """
 
 from __future__ import annotations
@@ -58,11 +60,13 @@ def is_bidirectional(family: str, config: dict) -> bool:
     return family == "transformer" and config.get("attn_mask", "causal") == "bidirectional"
 
 
-def model_card(model: Any, objective: str | None = None, mask_id: int | None = None, noise: Any = None) -> dict:
+def model_card(model: Any, objective: str | None = None, mask_id: int | None = None, noise: Any = None,
+               t_range: tuple[float, float] | None = None) -> dict:
     """The ``model.json`` content for a toolkit ``model`` (it must have a ``cfg`` of a known family).
 
     ``noise``: the :class:`~dlmlab.objectives.schedule.NoiseSchedule` of an mdlm model (or its data,
-    ``{"name": ..., **fields}``); left out of the card when ``None``."""
+    ``{"name": ..., **fields}``); left out of the card when ``None``.  ``t_range``: ``(lo, hi)`` of an mdlm
+    model whose mask times were drawn uniformly on that range; left out when ``None``."""
     objective = check_objective(objective)
     cfg = getattr(model, "cfg", None)
     if cfg is None or not dataclasses.is_dataclass(cfg):
@@ -85,7 +89,29 @@ def model_card(model: Any, objective: str | None = None, mask_id: int | None = N
         if objective != "mdlm":
             raise UserError(f"a noise schedule belongs to objective 'mdlm', not {objective!r}")
         card["noise"] = noise_to_data(noise_from_data(noise))
+    if t_range is not None:
+        card["t_range"] = check_t_range(t_range, objective)
     return card
+
+
+def check_t_range(t_range: Any, objective: str | None = "mdlm", where: str = "t_range") -> list[float]:
+    """``[lo, hi]`` with ``0 <= lo < hi <= 1`` of an mdlm model; a one-line :class:`UserError` otherwise."""
+    if objective != "mdlm":
+        raise UserError(f"a mask-time range belongs to objective 'mdlm', not {objective!r}")
+    try:
+        lo, hi = (float(v) for v in t_range)
+    except (TypeError, ValueError):
+        raise UserError(f"{where} must be two numbers [lo, hi], got {t_range!r}") from None
+    if not 0.0 <= lo < hi <= 1.0:
+        raise UserError(f"{where} must satisfy 0 <= lo < hi <= 1, got {[lo, hi]}")
+    return [lo, hi]
+
+
+def card_t_range(card: dict, where: str = CARD_NAME) -> tuple[float, float] | None:
+    """The card's mask-time range ``(lo, hi)``, ``None`` when it records none (bad: a one-line error)."""
+    if card.get("t_range") is None:
+        return None
+    return tuple(check_t_range(card["t_range"], card.get("objective"), f"{where}: t_range"))
 
 
 def card_noise(card: dict, where: str = CARD_NAME):

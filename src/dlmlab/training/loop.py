@@ -116,6 +116,7 @@ def train(
     tokenizer=None,
     noise=None,
     parallel: str = "ddp",
+    t_range: tuple[float, float] | None = None,
 ) -> list[dict]:
     """Train ``model`` in place for ``cfg.steps`` steps; returns the metric rows.
 
@@ -127,7 +128,8 @@ def train(
     the newest checkpoint is the last good one).
 
     So that :func:`dlmlab.load` can load the folder or any checkpoint in it, ``model.json`` (family, model
-    config, ``objective`` "ar" / "mdlm", ``mask_id``, the mdlm ``noise`` schedule; :mod:`dlmlab.training.card`) and the ``tokenizer``'s
+    config, ``objective`` "ar" / "mdlm", ``mask_id``, the mdlm ``noise`` schedule and ``t_range`` when its mask times were drawn on one;
+    :mod:`dlmlab.training.card`) and the ``tokenizer``'s
     ``tokenizer.json`` are written into ``out_dir`` and into every checkpoint folder.  A model that is
     not a dlmlab family (no ``cfg``) trains all the same, without ``model.json``.
 
@@ -144,9 +146,9 @@ def train(
     card = None
     if out_dir is not None:
         try:
-            card = model_card(model, objective, mask_id, noise)
+            card = model_card(model, objective, mask_id, noise, t_range)
         except UserError:
-            if objective is not None or mask_id is not None or noise is not None:
+            if objective is not None or mask_id is not None or noise is not None or t_range is not None:
                 raise  # a bad objective / mask id, or one given for a model that cannot be saved with it
             card = None  # a custom module: trained as before, not loadable by dlmlab.load
     out = Path(out_dir) if out_dir is not None else None

@@ -148,8 +148,8 @@ def _twoways_tables(models: dict, keys: list[str]) -> list[Table]:
         cols += [f"{name} head", f"{name} score", f"{name} first step >= thr"]
     return [Table("Heads measured two ways: best head per score on the 15%-masked evaluation rows (DLM), unmasked "
                   "random rows and unmasked repeated text; final score and the first checkpoint step at which the best "
-                  f"score reaches {twoways.PREV_NEXT_FORMED} (previous/next-token, layer 0) or "
-                  f"{twoways.INDUCTION_FORMED} (induction, layers >= 1); accuracy jump = midpoint step of the accuracy "
+                  f"score reaches {twoways.PREV_NEXT_THRESHOLD} (previous/next-token, layer 0) or "
+                  f"{twoways.INDUCTION_THRESHOLD} (induction, layers >= 1); accuracy jump = midpoint step of the accuracy "
                   "curve", cols, rows), _cost_table(models, keys)]
 
 

@@ -10,10 +10,10 @@ import torch
 from dlmlab.analysis import ablation, circuits, emergence, fold, head_sets, heads, induction, timestep
 from dlmlab.objectives.mdlm import corrupt
 from dlmlab.studies.induction import heads_twoways as twoways
+from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab
 
-INDUCTION_THRESHOLD = 0.3  # an induction head (layer >= 1) attends from target to source with weight > this
 N_RANDOM_CONTROLS = 20  # random head sets / random shifts per control
 
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 from dlmlab.report import Claim, claim
 from dlmlab.report.claims import REPRODUCED, Judgement, combine, contradicted, not_run, precondition_failed
 
+PREV_NEXT_THRESHOLD = 0.5  # a layer-0 previous/next-token head has formed: its score exceeds this
+INDUCTION_THRESHOLD = 0.3  # an induction head (layer >= 1) attends from target to source with weight > this
+
 DEEP_MIN = 2
 NO_INDUCTION = 0.2  # headline forward accuracy below this: the model does not do induction (two_layers_needed's low)
 
@@ -151,7 +154,7 @@ def _peak(m: dict, name: str) -> tuple[float | None, int | None]:
     return val, step
 
 
-def prev_and_next_token_heads_in_layer0(models: dict, thr: float = 0.5) -> Claim:
+def prev_and_next_token_heads_in_layer0(models: dict, thr: float = PREV_NEXT_THRESHOLD) -> Claim:
     ev, ok = {"threshold": thr, "convention": "mean attention from position i to i-1 (i+1) over all rows and all "
               "queries that have that neighbour (T-1 of T; TransformerLens averages over all T queries, i.e. this "
               "times (T-1)/T); inputs: the evaluation sequences with 15% of positions masked"}, []

@@ -34,12 +34,11 @@ import torch
 
 from dlmlab.analysis.emergence import jump_step
 from dlmlab.analysis.heads import attention_patterns
+from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD, PREV_NEXT_THRESHOLD
 
 CONDITIONS: tuple[str, ...] = ("masked", "random", "text")
 SCORES: tuple[str, ...] = ("prev", "next", "induction")
 N_SEQS = 16  # rows per input: a few suffice for a mean attention weight, and every checkpoint repeats it
-PREV_NEXT_FORMED = 0.5  # a layer-0 previous/next-token head has formed (the threshold of the layer-0 claim)
-INDUCTION_FORMED = 0.3  # an induction head has formed (analyse.INDUCTION_THRESHOLD)
 
 
 def repeated_text(text_tokens: torch.Tensor, n: int) -> torch.Tensor:
@@ -131,10 +130,10 @@ def _first_at(curve: list[tuple[int, float]], thr: float) -> int | None:
 def _score_spec(name: str, n_layers: int) -> dict | None:
     """Which heads a score's best is taken over: layer 0 for prev/next, layers >= 1 for induction."""
     if name in ("prev", "next"):
-        return {"layer": 0, "threshold": PREV_NEXT_FORMED}
+        return {"layer": 0, "threshold": PREV_NEXT_THRESHOLD}
     if n_layers < 2:
         return None
-    return {"min_layer": 1, "threshold": INDUCTION_FORMED}
+    return {"min_layer": 1, "threshold": INDUCTION_THRESHOLD}
 
 
 def summarise(final: dict, curves: list[tuple[int, dict]], n_layers: int, accuracy_jump: dict | None = None) -> dict:

@@ -54,7 +54,6 @@ def adapt(method: str, backbone: Transformer, stream: TokenStream, p: PreDiffPre
     model = build(method, backbone, seed=seed, mask_init=p.mask_init)
     lr = p.scratch_lr if m.init == "scratch" else p.adapt.lr
     cfg = dataclasses.replace(p.adapt, lr=lr, seed=seed, eval_every=p.curve_every, progress=p.adapt.progress and progress)
-    cfg.log_every = math.gcd(cfg.log_every, p.curve_every)  # eval rows are written on logging steps
     curve_x = TokenStream.chunks(stream.val, p.seq_len, limit=p.curve_windows).to(p.device)
 
     def curve(mdl, step: int) -> dict:
@@ -62,7 +61,7 @@ def adapt(method: str, backbone: Transformer, stream: TokenStream, p: PreDiffPre
         return {"ppl": math.exp(nll)}
 
     rows = [{"step": 0, "ppl": curve(model, 0)["ppl"]}]
-    make_batch, loss_fn = make_task(m, stream.train, p.seq_len, cfg.batch_size, cfg.steps, p.device,
+    make_batch, loss_fn = make_task(m, stream.train, p.seq_len, cfg.batch_size, cfg.steps,
                                     prompt_frac=p.prompt_frac, loss=p.loss)
     history = train(model, cfg, make_batch, loss_fn, out_dir=run_dir(out, method, seed), eval_fn=curve,
                     desc=f"{method} s{seed}", **({} if m.is_diffusion else {"objective": "ar"}))  # a PreDiffLM has no card
