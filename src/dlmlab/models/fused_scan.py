@@ -47,8 +47,9 @@ def _cpu_signature() -> str:
 
 
 def build_dir(source: Path = SOURCE, folder: str = "fused_scan") -> Path:
-    """Per-user cache folder for this source, these flags, this torch and this CPU."""
-    key = hashlib.sha256("\n".join([source.read_text(), " ".join(CFLAGS), torch.__version__,
+    """Per-user cache folder for this source (and the headers beside it), these flags, this torch and this CPU."""
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]
+    key = hashlib.sha256("\n".join([source.read_text(), *headers, " ".join(CFLAGS), torch.__version__,
                                     sys.version, _cpu_signature()]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return root / "dlmlab" / folder / key

@@ -10,6 +10,8 @@
 // and runs the adjoint recurrence in reverse time.  dB, dC are written per head and summed over the heads of a
 // group afterwards, dA, dD per (batch, head) and summed over the batch afterwards, both in a
 // fixed order: results do not depend on the number of threads.
+#include "fast_exp.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -380,30 +382,8 @@ std::vector<at::Tensor> ssd_backward(const at::Tensor& x, const at::Tensor& dt, 
 // rstd [R,D/gs].  The backward's weight gradient is summed per block of rows, then over the blocks
 // in order (independent of the thread count).
 
-// exp for float: Cody-Waite range reduction and a degree-6 polynomial (~1 ulp), plain arithmetic so
-// that the loops vectorise (as in selective_scan.cpp).
-inline float fexp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float magic = 12582912.0f;
-  float k = (x * 1.44269504088896341f + magic) - magic;
-  float r = x - k * 0.693359375f;
-  r = r + k * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-template <typename T> inline T sexp(T x);
-template <> inline float sexp<float>(float x) { return fexp(x); }
-template <> inline double sexp<double>(double x) { return std::exp(x); }
+using dlmlab_kernels::fexp;  // fast_exp.h
+using dlmlab_kernels::sexp;
 
 template <typename T>
 inline T sigm(T z) { return T(1) / (T(1) + sexp<T>(-z)); }
