@@ -194,3 +194,39 @@ def test_two_processes_equal_one_with_same_global_batch(tmp_path, subprocess_env
     load_checkpoint(latest_checkpoint(tmp_path / "one"), m1)
     load_checkpoint(latest_checkpoint(tmp_path / "two"), m2)
     assert max((p - q).abs().max().item() for p, q in zip(m1.state_dict().values(), m2.state_dict().values())) < 1e-4
+
+
+SPY_FITS = """\
+import os, sys
+import dlmlab.data.lm as lm
+fit = lm.train_tokenizer
+def spy(*a, **k):  # say which rank fits a tokenizer
+    print(f"FIT rank={os.environ.get('RANK')}", file=sys.stderr, flush=True)
+    return fit(*a, **k)
+lm.train_tokenizer = spy
+from dlmlab.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not (BIN / "torchrun").exists(), reason="torchrun not installed")
+def test_width_matching_under_torchrun_fits_the_tokenizer_on_rank_0_only(tmp_path, subprocess_env):
+    """A Mamba section without d_inner needs the vocabulary to match widths; only rank 0 reads or fits the
+    tokenizer for it (and for training), and the two ranks build the model one process builds."""
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("objective: ar\nmodel: {family: mamba, d_model: 16, n_layers: 1, d_state: 4}\n"
+                   "data: {source: tinyshakespeare, tokenizer: char, seq_len: 16}\n"
+                   "train: {steps: 2, batch_size: 4, log_every: 1, progress: false}\n")
+    spy = tmp_path / "spy.py"
+    spy.write_text(SPY_FITS)
+    one = subprocess.run([sys.executable, str(spy), "train", str(cfg), "--out", str(tmp_path / "one")],
+                         env=subprocess_env, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([str(BIN / "torchrun"), "--nproc_per_node", "2", "--standalone", str(spy), "train",
+                          str(cfg), "--out", str(tmp_path / "two")], env=subprocess_env, capture_output=True,
+                         text=True, timeout=180)
+    assert two.returncode == 0, two.stderr[-3000:]
+    fits = [ln for ln in two.stderr.splitlines() if ln.startswith("FIT")]
+    assert fits and set(fits) == {"FIT rank=0"}, two.stderr[-2000:]
+    model = lambda run: json.loads((run / "config.json").read_text())["model"]  # noqa: E731
+    assert model(tmp_path / "two") == model(tmp_path / "one") and model(tmp_path / "one")["d_inner"] > 0

@@ -44,7 +44,10 @@ def as_factory_builds(cfg, config_path: str | Path, out: str | Path, resume: boo
 
     section = model_section(config_path)
     if matches_width(section.get("family", "transformer"), section):
-        vocab = _tokenizer_vocab(cfg, Path(out), resume) + (1 if cfg.objective == "mdlm" else 0)
+        from dlmlab.training.distributed import init_from_env  # under torchrun only rank 0 reads or fits it
+
+        vocab = init_from_env().from_main(lambda: _tokenizer_vocab(cfg, Path(out), resume))
+        vocab += 1 if cfg.objective == "mdlm" else 0
     else:
         vocab = 1  # the factory's other defaults do not depend on the vocabulary
     resolved = model_to_dict(section_config(section, vocab))

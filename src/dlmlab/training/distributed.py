@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from dlmlab.errors import UserError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,33 @@ class DistContext:
     def barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()
+
+    def from_main(self, make: Callable[[], T]) -> T:
+        """``make()`` run on rank 0 only, its result sent to every rank; an exception it raises (or a result that
+        cannot be pickled) is raised on every rank, so no rank waits for a result that never comes."""
+        if self.world_size == 1:
+            return make()
+        box: list = [None]
+        if self.is_main:
+            try:
+                value = make()
+                pickle.dumps(value)
+                box = [(True, value)]
+            except Exception as e:  # noqa: BLE001 -- re-raised below, on every rank
+                box = [(False, e if _picklable(e) else RuntimeError(f"{type(e).__name__}: {e}"))]
+        dist.broadcast_object_list(box, src=0)
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+
+def _picklable(x) -> bool:
+    try:
+        pickle.dumps(x)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def init_from_env() -> DistContext:
