@@ -88,10 +88,8 @@ def is_training_run(path: Path) -> bool:
     """A dlmlab training run (``dlmlab train``, or ``train(out_dir=...)``) or one of its checkpoint folders:
     checkpoints, a model card or a run config, and no Hugging Face ``config.json``."""
     run = _run_of(path)
-    if _hf_config(run) is not None:
-        return False
-    return ((run / "checkpoints").is_dir() or (run / "model.json").is_file() or _is_checkpoint(path)
-            or (run / "config.json").is_file())
+    return has_run_config(path) or (_hf_config(run) is None and (
+        (run / "checkpoints").is_dir() or (run / "model.json").is_file() or _is_checkpoint(path)))
 
 
 def has_run_config(path: Path) -> bool:

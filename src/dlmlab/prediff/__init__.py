@@ -12,5 +12,5 @@ from dlmlab.prediff.objectives import (LOSSES, METHODS, MethodConfig, PrefixDiff
                                       make_task, method_objective, prompt_length)
 
 __all__ = ["PreDiffLM", "TimeEmbedding", "add_mask_token", "sinusoidal", "METHODS", "MethodConfig", "annealed_mask",
-           "diffusion_loss", "eval_nelbo", "eval_nelbo_per_window", "eval_original_weighting", "make_task", "PrefixDiffusionObjective", "method_objective", "LOSSES",
-           "prompt_length"]
+           "diffusion_loss", "eval_nelbo", "eval_nelbo_per_window", "eval_original_weighting", "make_task",
+           "PrefixDiffusionObjective", "method_objective", "LOSSES", "prompt_length"]

@@ -20,9 +20,8 @@ import torch
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.results import _clean
 from dlmlab.studies.induction import figures as figs
-from dlmlab.studies.induction import heads_twoways as twoways
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
-from dlmlab.studies.induction.claims import CLAIM_IDS, all_claims
+from dlmlab.studies.induction.claims import CLAIM_IDS, INDUCTION_THRESHOLD, PREV_NEXT_THRESHOLD, all_claims
 from dlmlab.studies.induction.presets import PRESETS, InductionPreset
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.threads import torch_threads
@@ -148,8 +147,8 @@ def _twoways_tables(models: dict, keys: list[str]) -> list[Table]:
         cols += [f"{name} head", f"{name} score", f"{name} first step >= thr"]
     return [Table("Heads measured two ways: best head per score on the 15%-masked evaluation rows (DLM), unmasked "
                   "random rows and unmasked repeated text; final score and the first checkpoint step at which the best "
-                  f"score reaches {twoways.PREV_NEXT_THRESHOLD} (previous/next-token, layer 0) or "
-                  f"{twoways.INDUCTION_THRESHOLD} (induction, layers >= 1); accuracy jump = midpoint step of the accuracy "
+                  f"score reaches {PREV_NEXT_THRESHOLD} (previous/next-token, layer 0) or "
+                  f"{INDUCTION_THRESHOLD} (induction, layers >= 1); accuracy jump = midpoint step of the accuracy "
                   "curve", cols, rows), _cost_table(models, keys)]
 
 
