@@ -10,7 +10,7 @@ from dlmlab.analysis.gradient_alignment import per_query_gradient_cosine, per_qu
 from dlmlab.analysis.reversal import query_loss
 from dlmlab.config import ConfigError
 from dlmlab.models import Transformer, TransformerConfig
-from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
+from dlmlab.report.intervals import mean_ci, paired_diff_ci
 from dlmlab.studies.reversal import claims as C
 from reversal_summary import KINDS, PES, reversal_summary
 from dlmlab.tasks.positional_relations import PositionalRelations, PositionalTaskConfig
@@ -136,15 +136,17 @@ def test_distance_profile_on_hand_built_scores(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ intervals
-def test_bootstrap_intervals():
-    c = bootstrap_ci([0.5, 0.5, 0.5])
+def test_seed_intervals():
+    c = mean_ci([0.5, 0.5, 0.5])
     assert (c.mean, c.lo, c.hi, c.n) == (0.5, 0.5, 0.5, 3)
-    d = paired_diff_ci([0.9, 0.8, 0.7], [0.5, 0.6, 0.65])
-    assert d.lo > 0 and d.excludes_zero() and d.mean == pytest.approx(0.65 / 3)
+    d = paired_diff_ci([0.9, 0.8, 0.7], [0.5, 0.45, 0.36])
+    assert d.lo > 0 and d.excludes_zero() and d.mean == pytest.approx(1.09 / 3)
+    # the same sign in all three seeds but a wide spread: a t-interval over 3 seeds still spans 0
+    assert not paired_diff_ci([0.9, 0.8, 0.7], [0.5, 0.6, 0.65]).excludes_zero()
     mixed = paired_diff_ci([0.9, 0.5, 0.7], [0.5, 0.6, 0.65])
     assert mixed.lo < 0 < mixed.hi and not mixed.excludes_zero()
-    assert bootstrap_ci([1.0, 2.0, 4.0]) == bootstrap_ci([1.0, 2.0, 4.0])  # deterministic
-    assert np.isnan(bootstrap_ci([float("nan")]).mean)
+    assert mean_ci([1.0, 2.0, 4.0]) == mean_ci([1.0, 2.0, 4.0])  # deterministic
+    assert np.isnan(mean_ci([float("nan")]).mean)
     with pytest.raises(ValueError, match="equal shapes"):
         paired_diff_ci([1.0], [1.0, 2.0])
 
@@ -204,7 +206,7 @@ def test_tiny_study_with_multilayer_part(tmp_path, monkeypatch):
     assert {c.id for c in res.claims} == {"arm_fails_reverse", "mdm_transfers_reverse", "pe_ordering",
                                           "attention_correlation_positive", "gradient_alignment_positive"}
     s = data["results"]["summary"]["mdm/rope"]
-    assert s["seeds"] == [0, 1] and set(s["ci"]["rev_p"]) == {"mean", "lo", "hi", "n"}
+    assert s["seeds"] == [0, 1] and set(s["ci"]["rev_p"]) == {"mean", "lo", "hi", "n", "method", "level", "unit"}
     assert len(data["results"]["runs"]) == 12
     with pytest.raises(ConfigError, match="one-layer"):
         ReversalPreset(model=TransformerConfig(n_layers=2)).validate()

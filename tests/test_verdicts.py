@@ -17,7 +17,7 @@ from dlmlab.report import StudyResult
 from dlmlab.report.claims import (REPRODUCED, Claim, Judgement, claim, combine, contradicted, count_verdicts,
                                   judgement_of, not_run, precondition, precondition_failed, underpowered,
                                   verdict_from_interval, verdict_summary)
-from dlmlab.report.intervals import bootstrap_ci
+from dlmlab.report.intervals import mean_ci
 from dlmlab.report.results import render_markdown
 from reversal_summary import KINDS, PES, reversal_summary
 
@@ -58,7 +58,7 @@ def test_verdict_from_interval_sides_and_levels():
     with pytest.raises(ValueError, match="above its upper end"):
         verdict_from_interval(0.3, 0.2)
     # agrees with the intervals' own rule
-    iv = bootstrap_ci([0.2, 0.25, 0.3])
+    iv = mean_ci([0.2, 0.25, 0.3])
     assert (verdict_from_interval(iv.lo, iv.hi) == REPRODUCED) == (iv.excludes_zero() and iv.lo > 0)
 
 

@@ -6,7 +6,12 @@
   the mechanism the claim names is absent while its preconditions hold.
 * ``inconclusive``, with a ``reason``:
 
-  - ``underpowered``: the interval spans 0 (or the claim's level); more seeds / items could decide it;
+  - ``underpowered``: the interval spans 0 (or the claim's level) and also includes the study's reported
+    effect (or the study reports none); more seeds / items could decide it;
+  - ``effect_excluded``: the interval spans 0 but excludes the study's reported effect: whatever effect
+    there is at this scale is smaller than the study's, and more seeds would not recover the study's;
+  - ``scale``: a single-seed mechanism measurement points the study's way (it beats its control, or sits on
+    the right side of it) but falls short of the study's fixed level: the value and its control are shown;
   - ``precondition``: the model never learned the task the claim is about (e.g. accuracy at chance), so
     there is nothing to test;
   - ``not_run``: the preset did not run what the claim needs (``holds`` is ``None``);
@@ -25,7 +30,11 @@ from typing import Any, Iterable, Literal
 
 Verdict = Literal["reproduced", "contradicted", "inconclusive"]
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
-REASONS = ("underpowered", "precondition", "not_run", "unjudged")
+REASONS = ("underpowered", "effect_excluded", "scale", "precondition", "not_run", "unjudged")
+#: a model "learned" a task when its accuracy is at least this far from chance to perfect (0.9: 90% of the way)
+LEARNED_FRACTION = 0.9
+#: significance level of a test against a random control (one-sided permutation p-value)
+CONTROL_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -71,15 +80,42 @@ def not_run(detail: str = "") -> Judgement:
     return Judgement("inconclusive", "not_run", detail)
 
 
-def verdict_from_interval(lo: float, hi: float, side: int = +1, level: float = 0.0, what: str = "") -> Judgement:
+def effect_excluded(detail: str = "") -> Judgement:
+    return Judgement("inconclusive", "effect_excluded", detail)
+
+
+def short_of_scale(detail: str = "") -> Judgement:
+    """Inconclusive / ``scale``: the measurement points the study's way but falls short of its level."""
+    return Judgement("inconclusive", "scale", detail)
+
+
+def learned_level(chance: float, fraction: float = LEARNED_FRACTION) -> float:
+    """The accuracy that counts as having learned a task with chance level ``chance``:
+    ``chance + fraction * (1 - chance)`` (0.9 of the way from chance to perfect by default)."""
+    if not 0 <= chance < 1 or not 0 < fraction <= 1:
+        raise ValueError(f"need 0 <= chance < 1 and 0 < fraction <= 1, got {chance}, {fraction}")
+    return chance + fraction * (1 - chance)
+
+
+def learned(acc: float, chance: float, what: str = "", fraction: float = LEARNED_FRACTION) -> Judgement | None:
+    """``None`` when ``acc`` reaches :func:`learned_level`, else a precondition failure naming both numbers."""
+    need = learned_level(chance, fraction)
+    ok = math.isfinite(float(acc)) and acc >= need
+    return precondition(ok, f"{what + ' ' if what else ''}accuracy {float(acc):.3f} < learned level {need:.3f} "
+                            f"(chance {chance:.3f})")
+
+
+def verdict_from_interval(lo: float, hi: float, side: int = +1, level: float = 0.0, what: str = "",
+                          study_effect: float | None = None, n: int | None = None) -> Judgement:
     """Verdict of a claim "the value lies above ``level``" (``side=+1``) or "below ``level``" (``side=-1``) from
     its 95% interval [lo, hi]: wholly on the claim's side (strictly) -> reproduced; wholly on the other side
-    (strictly) -> contradicted; touching or spanning ``level`` (or NaN) -> inconclusive / underpowered.
-    ``what`` names the quantity in the detail."""
+    (strictly) -> contradicted; touching or spanning ``level`` (or NaN) -> inconclusive: ``effect_excluded``
+    when ``study_effect`` (the study's reported value of the same quantity) lies outside the interval,
+    else ``underpowered``.  ``what`` names the quantity and ``n`` the seed count in the detail."""
     if side not in (1, -1):
         raise ValueError(f"side must be +1 or -1, got {side}")
     name = f"{what} " if what else ""
-    iv = f"{name}[{lo:.3g}, {hi:.3g}]"
+    iv = f"{name}[{lo:.3g}, {hi:.3g}]" + (f" (n={n})" if n is not None else "")
     if any(not math.isfinite(float(x)) for x in (lo, hi)):
         return underpowered(f"{name}interval undefined (no finite values)")
     if lo > hi:
@@ -89,7 +125,32 @@ def verdict_from_interval(lo: float, hi: float, side: int = +1, level: float = 0
         return REPRODUCED
     if above or below:
         return contradicted(f"{iv} {'above' if above else 'below'} {level:g}")
+    if study_effect is not None and math.isfinite(float(study_effect)) and not lo <= study_effect <= hi:
+        return effect_excluded(f"{iv} spans {level:g} and excludes the study's {study_effect:.3g}")
     return underpowered(f"{iv} spans {level:g}")
+
+
+def interval_verdict(iv, side: int = +1, level: float = 0.0, what: str = "",
+                     study_effect: float | None = None) -> Judgement:
+    """:func:`verdict_from_interval` of an :class:`~dlmlab.report.intervals.Interval` (its seed count in the
+    detail); an interval of fewer than two values is inconclusive / underpowered."""
+    if iv.n < 2:
+        return underpowered(f"{what + ' ' if what else ''}{iv.mean:.3g} from n={iv.n}: no interval")
+    return verdict_from_interval(iv.lo, iv.hi, side, level, what, study_effect, n=iv.n)
+
+
+def verdict_from_control(test, what: str = "", alpha: float = CONTROL_ALPHA) -> Judgement:
+    """Verdict of "the value beats its random control" from a :class:`~dlmlab.report.intervals.ControlTest`:
+    p <= ``alpha`` -> reproduced; the value no better than the control's median (p > 0.5) -> contradicted;
+    in between (better than most draws, not significantly) -> inconclusive / underpowered."""
+    name = f"{what}: " if what else ""
+    if not math.isfinite(test.p):
+        return underpowered(f"{name}no finite value")
+    if test.p <= alpha:
+        return REPRODUCED
+    if test.p > 0.5:
+        return contradicted(f"{name}{test.fmt()}")
+    return underpowered(f"{name}{test.fmt()}")
 
 
 def precondition(ok: bool, detail: str = "") -> Judgement | None:
@@ -100,13 +161,15 @@ def precondition(ok: bool, detail: str = "") -> Judgement | None:
 def combine(parts: Iterable[Judgement]) -> Judgement:
     """Verdict of a claim that needs every part: all reproduced -> reproduced; any contradicted ->
     contradicted (one counterexample whose preconditions hold); else inconclusive, ``precondition``
-    before ``underpowered`` before ``not_run``; details of the deciding parts joined by "; "."""
+    before ``effect_excluded`` before ``scale`` before ``underpowered`` before ``not_run``; details of the
+    deciding parts joined by "; "."""
     parts = list(parts)
     if not parts:
         return not_run("nothing to judge")
     if all(p.verdict == "reproduced" for p in parts):
         return REPRODUCED
     for verdict, reason in (("contradicted", None), ("inconclusive", "precondition"),
+                            ("inconclusive", "effect_excluded"), ("inconclusive", "scale"),
                             ("inconclusive", "underpowered"), ("inconclusive", "not_run"),
                             ("inconclusive", "unjudged")):
         hit = [p for p in parts if p.verdict == verdict and p.reason == reason]

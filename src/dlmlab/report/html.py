@@ -308,9 +308,13 @@ def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction 
         '<p class="muted">A claim is a statement checked against this run\'s measurements; it is reported '
         "as it came out: <b>reproduced</b> (it beats its control; an interval excludes 0 on the study's side), "
         "<b>contradicted</b> (an interval excludes 0 on the other side, or the mechanism is absent while its "
-        "preconditions hold) or <b>inconclusive</b> with a reason: <i>underpowered</i> (the interval spans 0), "
-        "<i>precondition</i> (the model never learned the task the claim is about), <i>not run</i> (this preset "
-        "did not run what the claim needs).</p>",
+        "preconditions hold) or <b>inconclusive</b> with a reason: <i>underpowered</i> (the interval spans 0 and "
+        "the study's effect), <i>effect excluded</i> (the interval spans 0 but excludes the study's reported "
+        "effect: any effect here is smaller), <i>scale</i> (a one-seed mechanism points the study's way but falls "
+        "short of its level), <i>precondition</i> (the model never learned the task the claim is about), "
+        "<i>not run</i> (this preset did not run what the claim needs).  Intervals are Student-t 95% intervals "
+        "over the stated number of seeds; random controls are judged by a permutation p-value over at least "
+        "200 draws.</p>",
     ]
     body += [_safe_section(n, m, out / n) for n, m in studies.items()]
     body.append('<section id="environment"><h2>Environment</h2>')

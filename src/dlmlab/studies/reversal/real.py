@@ -28,7 +28,7 @@ from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.report import Table, claim
 from dlmlab.report.claims import combine, not_run, underpowered, verdict_from_interval
-from dlmlab.report.intervals import bootstrap_ci, paired_diff_ci
+from dlmlab.report.intervals import mean_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
 from dlmlab.studies.reversal.presets import RealDataPreset
 from dlmlab.studies.reversal.synthetic import resolve_device
@@ -243,7 +243,7 @@ def _per_seed(real: dict, kind: str, pe: str, key: str) -> list[float]:
 
 def real_table(real: dict) -> Table:
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
-    ci = lambda kind, pe, key: bootstrap_ci(_per_seed(real, kind, pe, key)).fmt()  # noqa: E731
+    ci = lambda kind, pe, key: mean_ci(_per_seed(real, kind, pe, key)).fmt()  # noqa: E731
     mean = lambda kind, pe, key: float(np.mean(_per_seed(real, kind, pe, key)))  # noqa: E731
     rows = [[kind.upper(), pe, ci(kind, pe, "forward_acc"), ci(kind, pe, "reverse_acc"),
              ci(kind, pe, "forward_acc_per_token"), ci(kind, pe, "reverse_acc_per_token"),

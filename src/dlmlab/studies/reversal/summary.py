@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlmlab.report import Table
-from dlmlab.report.intervals import Interval, bootstrap_ci, paired_diff_ci
+from dlmlab.report.intervals import Interval, mean_ci, paired_diff_ci
 
 LABELS = {"mdm": "MDM", "mdm_mdlm": "MDM (MDLM)", "arm": "ARM"}
 ORDER = ("alibi", "rope", "learned")  # the study's ordering of reverse transfer, best first
@@ -47,7 +47,7 @@ def summarize(runs: list[dict], kinds, positions, train_distances: list[int] | N
 
 def group(seeds: list[int], values: dict[str, list[float]]) -> dict:
     """One summary entry: per-seed ``values`` (lists in the order of ``seeds``) and their intervals."""
-    return {"seeds": list(seeds), "values": values, "ci": {k: bootstrap_ci(x).as_dict() for k, x in values.items()}}
+    return {"seeds": list(seeds), "values": values, "ci": {k: mean_ci(x).as_dict() for k, x in values.items()}}
 
 
 def vals(summary: dict, kind: str, pe: str, key: str) -> list[float]:
