@@ -1,0 +1,36 @@
+"""report.ladder: per-size intervals, the trend over sizes (Welch t), its table and figure."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dlmlab.report.ladder import AWAY, FLAT, TOWARD, UNDETERMINED, LadderStat, ladder_figure, ladder_table, trend, \
+    welch_diff
+
+
+def test_welch_difference_matches_scipy():
+    a, b = [1.0, 1.2, 0.9, 1.4], [0.2, 0.5, 0.1]
+    d, lo, hi = welch_diff(a, b)
+    r = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert d == pytest.approx(np.mean(a) - np.mean(b)) and (lo, hi) == pytest.approx((r.low, r.high))
+
+
+def test_trend_labels_follow_the_claims_side():
+    up = {1e3: [0.1, 0.12, 0.09], 1e4: [0.3, 0.31, 0.29], 1e5: [0.6, 0.62, 0.61]}
+    assert trend(LadderStat("r2", up)).label == TOWARD
+    assert trend(LadderStat("r2", up, side=-1)).label == AWAY  # the study expects it low
+    noisy = {1e3: [0.1, 0.5, -0.3], 1e5: [0.2, -0.4, 0.6]}
+    assert trend(LadderStat("x", noisy)).label == FLAT
+    assert trend(LadderStat("x", {1: [0.1], 2: [0.3]})).label == UNDETERMINED
+    with pytest.raises(ValueError, match=">= 2 sizes"):
+        LadderStat("x", {1: [0.1, 0.2]})
+
+
+def test_table_and_figure(tmp_path):
+    st = [LadderStat("probe r2", {1e3: [0.1, 0.12, 0.09], 1e4: [0.3, 0.31, 0.29]}, study_value=0.9),
+          LadderStat("additivity", {1e3: [0.5, 0.4, 0.6], 1e4: [0.7, 0.6, 0.8]}, level=0.5)]
+    t = ladder_table(st)
+    assert t.columns[1:3] == ["1,000", "10,000"] and len(t.rows) == 2
+    assert t.rows[0][1].endswith("(n=3 seeds, t)") and t.rows[0][3] == "0.9" and t.rows[0][4].startswith(TOWARD)
+    fig = ladder_figure(st, tmp_path)
+    assert (tmp_path / fig["path"]).stat().st_size > 1000
