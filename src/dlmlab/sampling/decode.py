@@ -15,7 +15,8 @@ The model is any bidirectional ``tokens -> logits`` model with an explicit ``mas
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Sequence
 
 import torch
 
@@ -26,9 +27,10 @@ from dlmlab.sampling.caches import SpanKV, block_causal_mask, cache_exactness, c
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.denoiser import Denoiser, as_denoiser
 from dlmlab.sampling.gumbel import draw, filtered_log_probs
+from dlmlab.sampling.interventions import Intervention, StepContext, check_interventions, intervening
 from dlmlab.sampling.orders import entropy, order_scores
 from dlmlab.sampling.schedules import UNMASK_SCHEDULES, ancestral_count, factor_count, threshold_count
-from dlmlab.sampling.trajectory import Activation, DecodeResult, StepRecord, TraceConfig
+from dlmlab.sampling.trajectory import TOP_K, Activation, DecodeResult, StepRecord, TraceConfig
 
 
 def _blocks(P: int, N: int, block_len: int) -> list[tuple[int, int]]:
@@ -56,8 +58,10 @@ def _commit_counts(cfg: DecodeConfig, S: torch.Tensor, plans: list[list[int]], j
 class _Run:
     """Mutable state of one decode call (caches, self-conditioning, counters)."""
 
-    def __init__(self, den: Denoiser, x: torch.Tensor, P: int, cfg: DecodeConfig, trace: TraceConfig | None) -> None:
+    def __init__(self, den: Denoiser, x: torch.Tensor, P: int, cfg: DecodeConfig, trace: TraceConfig | None,
+                 interventions: tuple[Intervention, ...] = ()) -> None:
         self.den, self.x, self.P, self.cfg, self.trace = den, x, P, cfg, trace
+        self.interventions = interventions
         self.B, self.N = x.shape
         self.block_causal = cfg.attention == "block_causal"
         self.exactness = cache_exactness(cfg.cache, cfg.attention, den.prompt_causal)
@@ -115,10 +119,16 @@ class _Run:
             first = self.first if idx is None else self.first[idx]
         sc = self.self_cond(idx, ws, we)
         call = lambda: self.den(tokens, clean_len=s, t=t, attn=attn, cache=cache, self_cond=sc, first=first)  # noqa: E731
-        if self.trace is not None and self.trace.wants(step):
-            with self.den.hooked.cache(self.trace.hooks) as store:
-                logits = call()
+        firing = [iv for iv in self.interventions if iv.fires(step)] if self.interventions else None
+        tracing = self.trace is not None and self.trace.wants(step)
+        if firing or tracing:
             rows_t = torch.arange(self.B) if idx is None else idx.cpu()
+            with contextlib.ExitStack() as hooks:  # interventions first: a trace records what they leave
+                if firing:
+                    hooks.enter_context(intervening(self.den.hooked, firing,
+                                                    StepContext(step, rows_t, ws, we, x, self.den.mask_id, self.P)))
+                store = hooks.enter_context(self.den.hooked.cache(self.trace.hooks)) if tracing else {}
+                logits = call()
             self.acts.extend(Activation(step, n, rows_t, ws, v) for n, v in store.items())
         else:
             logits = call()
@@ -133,14 +143,17 @@ class _Run:
 def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | None = None,
            generator: torch.Generator | None = None, *, mask_id: int | None = None, shift_logits: bool = False,
            trace: TraceConfig | None = None, callback: Callable[[StepRecord], None] | None = None,
-           record: bool = False, progress: bool = False) -> DecodeResult:
+           record: bool = False, progress: bool = False,
+           interventions: Sequence[Intervention] | None = None) -> DecodeResult:
     """canvas [B,N] (mask ids at positions >= ``prompt_len`` to fill) -> :class:`DecodeResult` (tokens [B,N]).
 
     model: any bidirectional model ``tokens -> logits`` with its ``mask_id`` (required; ``shift_logits``:
     logits at ``i - 1`` predict token ``i``), a model with its own denoiser (``model.as_denoiser``, e.g.
     a PreDiffLM) or a :class:`Denoiser`.  Caches other than ``none`` and ``block_causal`` attention need
     a toolkit attention model.  ``record`` keeps every :class:`StepRecord` in the result; ``callback`` gets
-    each one as it happens; ``trace`` chooses hook points and steps whose activations are recorded.
+    each one as it happens; ``trace`` chooses hook points and steps whose activations are recorded;
+    ``interventions`` (:class:`~dlmlab.sampling.interventions.Intervention`) change activations at chosen steps
+    and positions (a model with hook points).  With neither the decode is the plain one, bit for bit.
     """
     cfg = cfg or DecodeConfig()
     cfg.validate()
@@ -150,6 +163,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
                         "attention masks (a toolkit Transformer); use cache='none', attention='model'")
     if trace is not None and trace.hooks and den.hooked is None:
         raise UserError("trace hooks need a model with hook points (a dlmlab HookedModule)")
+    interventions = check_interventions(interventions, den.hooked)
     if canvas.dim() != 2:
         raise ValueError(f"canvas must be [batch, positions], got shape {tuple(canvas.shape)}")
     B, N = canvas.shape
@@ -164,7 +178,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     if cfg.cache == "dual" and den.alibi:
         raise ConfigError("cache 'dual' does not support ALiBi positions (use 'prefix')")
     den.eval()
-    run = _Run(den, canvas.clone(), P, cfg, trace)
+    run = _Run(den, canvas.clone(), P, cfg, trace, interventions)
     x = run.x
     blocks = _blocks(P, N, cfg.block_len)
     wanted = record or callback is not None
@@ -237,6 +251,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
                     callback(rec)
                 if record:
                     records.append(rec)
+            del run.acts[n_before:]  # the step's record holds them (or nobody asked for them)
             step += 1
             j += 1
     pbar.close()
@@ -297,11 +312,21 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
     conf[A, s:e] = conf_b
     ent[A, s:e] = ent_b
     committed[A, s:e] = commit
+    k = min(TOP_K, logp.shape[-1])
+    top_p, top_i = logp.topk(k, dim=-1)
+    top_ids = torch.full((B, N, k), -1, dtype=torch.long, device=commit.device)
+    top_probs = torch.full((B, N, k), float("nan"), dtype=torch.float64, device=commit.device)
+    cand = torch.zeros(B, N, dtype=torch.bool, device=commit.device)
+    cand_b = torch.zeros_like(commit)
+    cand_b[where] = True
+    cand[A, s:e] = cand_b
+    top_ids[cand] = top_i
+    top_probs[cand] = top_p.exp()
     want_logits = run.trace is not None and run.trace.logits
     return StepRecord(step=step, block=bi, block_span=span_, forwarded=forwarded, tokens=run.x.clone(),
                       committed=committed, confidence=conf, entropy=ent, activations=run.acts[n_before:],
                       logits=blk.clone() if want_logits and blk is not None else None,
-                      cache=run.cfg.cache, exact=run.exact)
+                      cache=run.cfg.cache, exact=run.exact, top_ids=top_ids, top_probs=top_probs)
 
 
 def generate(model, prompt: torch.Tensor, gen_len: int, cfg: DecodeConfig | None = None,

@@ -15,6 +15,8 @@ import torch
 
 from dlmlab.config import Config, require
 
+TOP_K = 5  # alternatives kept per candidate position and step (StepRecord.top_ids / top_probs)
+
 
 @dataclass
 class TraceConfig(Config):
@@ -48,6 +50,8 @@ class Activation:
 class StepRecord:
     """One denoising step.  Shapes: tokens, committed, confidence, entropy [B,N] (N: prompt + generated);
     confidence / entropy are NaN where the position was not a candidate this step; logits [B, block, V].
+    top_ids / top_probs [B,N,k] (k = :data:`TOP_K`, or the vocabulary if smaller): the ``k`` most likely tokens
+    of the distribution the step drew from at each candidate position, best first (-1 / NaN elsewhere).
 
     cache / exact: the decoder's cache kind (``none``, ``prompt``, ``prefix``, ``dual``) and whether it is
     exact for this model and attention (:func:`~dlmlab.sampling.caches.cache_exactness`), so that a step
@@ -68,6 +72,8 @@ class StepRecord:
     logits: torch.Tensor | None = None
     cache: str | None = None
     exact: bool | None = None
+    top_ids: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
 
     def label(self, cache: str, exactness: str) -> None:
         """Set :attr:`cache` / :attr:`exact` (``exactness``: ``"exact"`` or ``"approximate"``) where unset."""
