@@ -1,7 +1,7 @@
 """ActivationCache: what ``model.run_with_cache(tokens)`` returns, with TransformerLens-style helpers.
 
 A mapping from hook name to the activation recorded there (``cache["blocks.0.resid_post"]``,
-or ``cache["resid_post", 0]`` for ``blocks.0.resid_post`` / ``cache["pattern", 1]`` for
+TransformerLens's ``cache["blocks.0.hook_resid_post"]`` (:mod:`dlmlab.tl_names`), or ``cache["resid_post", 0]`` for ``blocks.0.resid_post`` / ``cache["pattern", 1]`` for
 ``blocks.1.attn.pattern``), with ``grads`` (d loss / d activation, when run with ``loss_fn``),
 ``step`` (e.g. the denoising step it was recorded at) and ``meta`` (the forward keywords used).
 Points ``run_with_cache(names=None)`` defers (attention patterns) are listed and computed on first read.
@@ -75,7 +75,11 @@ class ActivationCache(Mapping):
     # -- mapping --------------------------------------------------------------------------------
     def _key(self, key) -> str:
         if isinstance(key, str):
-            return key
+            if key in self._store or "hook_" not in key:
+                return key
+            from dlmlab.tl_names import from_tl_name  # TransformerLens's spelling: blocks.0.attn.hook_pattern
+
+            return from_tl_name(key)
         if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and isinstance(key[1], int):
             short, layer = key
             layer = self._layer_index(layer)

@@ -16,6 +16,12 @@ slower path that materialises an activation only when someone looks at it
 and one call, ``run_with_cache(tokens, names)`` -> ``(logits, ActivationCache)``
 (:mod:`dlmlab.cache`), optionally with the gradient of a loss at every cached point.
 
+TransformerLens idioms work as there: ``run_with_cache(tokens, names_filter=...)`` (``names_filter`` is
+``names``), ``run_with_hooks(tokens, fwd_hooks=[(name, fn)], bwd_hooks=[...])``, hook names spelt
+TransformerLens's way (``blocks.0.attn.hook_pattern``; :mod:`dlmlab.tl_names`), and, with a tokenizer
+attached (``model.tokenizer``; :func:`dlmlab.load` attaches the run's), ``to_tokens`` / ``to_str_tokens`` /
+``to_string``.
+
 ``names`` is ``None`` (all points except the opt-in ones), a list of exact names / ``fnmatch``
 globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
 are only built when hooked (the per-head attention output ``blocks.{i}.attn.head_out``
@@ -41,6 +47,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Union
 import torch
 from torch import nn
 
+from dlmlab import tl_names
 from dlmlab.cache import ActivationCache
 from dlmlab.errors import UserError
 
@@ -94,12 +101,12 @@ def _patterns(names: NameFilter) -> list[str] | None:
     if names is None or callable(names):
         return None
     if isinstance(names, str):
-        return [names]
+        return [tl_names.from_tl_name(names)]
     patterns = list(names)
     for p in patterns:
         if not isinstance(p, str):
             raise TypeError(f"hook names must be strings (names or fnmatch globs), got {type(p).__name__} {p!r}")
-    return patterns
+    return [tl_names.from_tl_name(p) for p in patterns]
 
 
 def _unknown(pattern: str, known: list[str]) -> UnknownHookPoint:
@@ -134,6 +141,8 @@ class HookedModule(nn.Module):
     opt_in_points: tuple[str, ...] = ("*.attn.head_out",)
     #: globs of the points ``run_with_cache(names=None)`` computes on first read (they slow the forward down)
     deferred_points: tuple[str, ...] = ("*.attn.pattern",)
+    #: the text tokenizer of ``to_tokens`` / ``to_str_tokens`` / ``to_string`` (``dlmlab.load`` sets the run's)
+    tokenizer = None
 
     def setup_hooks(self) -> None:
         self._hook_points: dict[str, HookPoint] = {}
@@ -207,7 +216,8 @@ class HookedModule(nn.Module):
 
     def run_with_cache(self, tokens: torch.Tensor, names: NameFilter = None, *, detach: bool = True,
                        loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                       grad_names: NameFilter = None, step: int | None = None, **forward_kwargs):
+                       grad_names: NameFilter = None, step: int | None = None, names_filter: NameFilter = None,
+                       **forward_kwargs):
         """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.cache.ActivationCache`
         of the activations at the points ``names`` chooses (``None``: every point but the opt-in ones,
         e.g. per-head outputs, which :meth:`ActivationCache.stack_head_results` builds from ``z``).
@@ -229,7 +239,12 @@ class HookedModule(nn.Module):
         :func:`torch.autograd.grad`, so parameters' ``.grad`` are left alone; works with frozen
         parameters too).  Needs grad mode on; the returned logits are then detached.
         ``step``: stored as ``cache.step`` (e.g. the denoising step of a sampling trajectory).
+        ``names_filter``: TransformerLens's name for ``names`` (give one of the two).
         """
+        if names_filter is not None:
+            if names is not None:
+                raise UserError("run_with_cache got both names and names_filter (the same thing); give one")
+            names = names_filter
         points = self.select_hooks(names)
         if loss_fn is None:
             deferred: list[str] = []
@@ -276,6 +291,48 @@ class HookedModule(nn.Module):
         grad_store = {n: torch.zeros_like(live[n]) if g is None else g for n, g in zip(names_g, grads)}
         cache = ActivationCache(store, self, step=step, grads=grad_store, meta=_meta(forward_kwargs))
         return logits.detach(), cache
+
+    def run_with_hooks(self, tokens: torch.Tensor, fwd_hooks: Iterable[tuple] = (), bwd_hooks: Iterable[tuple] = (),
+                       **forward_kwargs) -> torch.Tensor:
+        """TransformerLens's ``run_with_hooks``: one forward with ``fn(activation, hook)`` attached at each
+        ``(name_or_predicate, fn)`` of ``fwd_hooks`` (a returned tensor replaces the activation; ``hook.name``
+        is the point's name) -> logits.  ``bwd_hooks``: ``fn(grad, hook)`` on d loss / d activation, run when
+        the caller back-propagates from the logits (a returned tensor replaces the gradient).  Hooks are
+        removed when the forward returns (backward hooks stay on the autograd graph of this forward only).
+        A name may be spelt TransformerLens's way (``blocks.0.attn.hook_z``)."""
+
+        def backward(fn: HookFn) -> HookFn:
+            def attach_grad(x: torch.Tensor, hp: HookPoint) -> None:
+                if x.requires_grad:
+                    x.register_hook(lambda g: fn(g, hp))
+            return attach_grad
+
+        removers = []
+        try:
+            for hooks, wrap in ((fwd_hooks, None), (bwd_hooks, backward)):
+                for pair in hooks:
+                    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])):
+                        raise UserError(f"run_with_hooks wants (name, fn) pairs, got {pair!r}")
+                    name, fn = pair
+                    points = self.select_hooks(name if callable(name) else [name])
+                    removers += self._attach_each(points, wrap(fn) if wrap else fn)
+            return self(tokens, **forward_kwargs)
+        finally:
+            for r in removers:
+                r()
+
+    # TransformerLens's text helpers, with the attached tokenizer (see dlmlab.tl_names)
+    def to_tokens(self, text: str | list[str], prepend_bos: bool | None = None) -> torch.Tensor:
+        """A text -> ids [1, T]; texts of one token length -> [B, T] (on the model's device; no BOS)."""
+        return tl_names.encode_texts(self, text, prepend_bos)
+
+    def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
+        """One string per token of a text, ids [T] / [B, T] or a list of ids."""
+        return tl_names.str_tokens(self, tokens)
+
+    def to_string(self, tokens) -> str | list[str]:
+        """ids [T] -> text; [B, T] -> one text per row."""
+        return tl_names.decode_ids(self, tokens)
 
     @contextlib.contextmanager
     def replace(self, values: Mapping[str, Union[torch.Tensor, Callable]]) -> Iterator[None]:

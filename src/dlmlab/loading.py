@@ -39,7 +39,8 @@ HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "
 class Loaded:
     """What :func:`load` returns.
 
-    model: the model in eval mode (a dlmlab :class:`~dlmlab.hooks.HookedModule`: hook points, ``cache``...);
+    model: the model in eval mode (a dlmlab :class:`~dlmlab.hooks.HookedModule`: hook points, ``cache``...),
+    with the tokenizer attached as ``model.tokenizer`` (so ``model.to_tokens(text)`` works, as in TransformerLens);
     tokenizer: the run's tokenizer (``encode`` / ``decode``; a ``transformers`` tokenizer for a Hugging Face
     folder), or ``None`` when the folder has none;
     objective: ``"ar"`` or ``"mdlm"`` (masked diffusion); ``None`` for a :func:`~dlmlab.training.train` run
@@ -150,7 +151,7 @@ def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: st
     if objective == "mdlm":
         noise = card_noise(card)
         noise = noise if noise is not None else _run_config_noise(run)
-    return Loaded(model=_place(model, dtype, device), tokenizer=tokenizer, objective=objective,
+    return Loaded(model=_place(model, dtype, device, tokenizer), tokenizer=tokenizer, objective=objective,
                   mask_id=card.get("mask_id"), shift_logits=bool(card.get("shift_logits", True)),
                   family=card["family"], source=source, format=fmt, bidirectional=bool(card.get("bidirectional")),
                   step=int(state["step"]) if "step" in state else None, noise=_noise(objective, noise),
@@ -168,16 +169,20 @@ def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, dev
     state = (ck or run) / "state.json"
     if state.is_file():
         step = json.loads(state.read_text()).get("step")
-    return Loaded(model=_place(model, dtype, device), tokenizer=tok, objective=cfg.objective,
+    return Loaded(model=_place(model, dtype, device, tok), tokenizer=tok, objective=cfg.objective,
                   mask_id=tok.vocab_size if cfg.objective == "mdlm" else None,
                   shift_logits=cfg.objective != "mdlm", family=family, source=source, format=fmt,
                   bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step,
                   noise=_noise(cfg.objective, cfg.noise))
 
 
-def _place(model, dtype, device):
+def _place(model, dtype, device, tokenizer=None):
+    """The model on ``device`` / ``dtype``, in eval mode, with ``tokenizer`` attached (``model.tokenizer``:
+    TransformerLens's ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it)."""
     if dtype is not None or device is not None:
         model = model.to(device=device, dtype=dtype)
+    if tokenizer is not None:
+        model.tokenizer = tokenizer
     return model.eval()
 
 
@@ -208,7 +213,8 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
     # HFInfo.shift_logits marks Dream's shifted diffusion output only; Loaded.shift_logits also holds for
     # every AR model, whose logits at i - 1 predict token i as well
     shift = bool(info.shift_logits) or objective == "ar"
-    return Loaded(model=_place(model, None, device), tokenizer=_hf_tokenizer(tok_dir), objective=objective,
+    tokenizer = _hf_tokenizer(tok_dir)
+    return Loaded(model=_place(model, None, device, tokenizer), tokenizer=tokenizer, objective=objective,
                   mask_id=info.mask_id, shift_logits=shift, family=info.family, source=p,
                   format=info.format, bidirectional=bool(info.bidirectional), noise=_noise(objective, None))
 

@@ -25,9 +25,12 @@ from dlmlab.hooks import HookedModule, HookPoint
 from dlmlab.models.checks import ModelInputError, check_causal_keywords, check_tokens
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.protocol import family_name
+from dlmlab.models.weight_views import EmbedViews
 
 
-class StackedLM(HookedModule):
+class StackedLM(EmbedViews, HookedModule):
+    """``W_E`` / ``W_U`` / ``b_U`` views: :mod:`dlmlab.models.weight_views`."""
+
     residual_stream = True  # resid_post = resid_pre + mixer_out (RecurrentModel: cfg.residual)
     supports_kv_cache = False  # forward refuses kv_cache: decoders re-run the prefix
 

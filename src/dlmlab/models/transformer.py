@@ -22,9 +22,12 @@ from dlmlab.models.kv_cache import KVCache
 from dlmlab.models.masks import build_mask
 from dlmlab.models.norm import make_norm
 from dlmlab.models.positions import alibi_bias, alibi_slopes, rope_cos_sin
+from dlmlab.models.weight_views import AttentionViews
 
 
-class Transformer(HookedModule):
+class Transformer(AttentionViews, HookedModule):
+    """TransformerLens's weight views (``W_E``, ``W_Q`` [L, H, D, d_head] ...): :mod:`dlmlab.models.weight_views`."""
+
     residual_stream = True  # resid_post = resid_pre + mixer_out (+ mlp_out)
     supports_kv_cache = True  # forward(kv_cache=KVCache()) decodes incrementally
 
