@@ -4,8 +4,12 @@
 (``decode(..., record=True)``) into one HTML file with no external resources: a step slider (and a list
 of the steps), the canvas after the chosen step with the positions committed at that step highlighted
 and their confidence, earlier commits plain and still-masked positions as a placeholder (``[M]``), the
-text so far, and a table of the step's commits.  Every sample of the batch has its own trajectory
-(a select box picks it); a sample's steps are the decoder steps at which it committed something.
+text so far, and a table of the step's commits; a positions x steps heat map of the candidates' entropy
+(hover: the step's top-k alternatives at that position; click: go to that step and choose the position),
+and, when a :class:`~dlmlab.sampling.lens.TrajectoryLens` is given, the logit lens per layer at the chosen
+position and step.  Whitespace tokens are shown as visible symbols (space, tab, newline).  Every sample of
+the batch has its own trajectory (a select box picks it); a sample's steps are the decoder steps at which it
+committed something.
 
 ``dlmlab sample RUN --html PAGE.html`` writes one.
 """
@@ -24,13 +28,20 @@ from dlmlab.sampling.trajectory import StepRecord
 PLACEHOLDER = "[M]"
 
 
+def _finite(x: float) -> float | None:
+    return round(x, 4) if math.isfinite(x) else None
+
+
 def trajectory_data(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_len: int, mask_id: int,
-                    token_text: Callable[[int], str]) -> dict:
+                    token_text: Callable[[int], str], lens=None, lens_k: int = 3) -> dict:
     """The page's data: records of one decode call, its input ``canvas`` [B,N] (mask ids where filled in).
 
     -> ``{"prompt_len", "placeholder", "tokens": {id: text}, "samples": [{"canvas": [N ids, -1 = masked],
-    "steps": [{"step", "block", "commits": [[position, id, confidence], ...]}, ...]}, ...]}`` with every
-    step of a sample committing at least one position; ``token_text(id)`` shows one token.
+    "steps": [{"step", "block", "commits": [[position, id, confidence], ...], "entropy": [N, null off
+    candidates], "top": {position: [[id, probability], ...]}}, ...]}, ...], "lens": null | {"labels": [depth
+    names], "samples": [{step: [depth][position] -> [[id, probability], ...]}]}}`` with every step of a sample
+    committing at least one position; ``token_text(id)`` shows one token; ``lens``: a
+    :class:`~dlmlab.sampling.lens.TrajectoryLens` of the same decode (its ``lens_k`` best tokens are shown).
     """
     if canvas.dim() != 2:
         raise ValueError(f"canvas must be [batch, positions], got shape {tuple(canvas.shape)}")
@@ -48,21 +59,39 @@ def trajectory_data(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_
             toks = rec.tokens[b, pos].tolist()
             conf = rec.confidence[b, pos].tolist()
             ids.update(toks)
+            top = {}
+            if rec.top_ids is not None:
+                for p in (rec.top_ids[b, :, 0] >= 0).nonzero().squeeze(1).tolist():
+                    alt = [[int(i), _finite(float(q))] for i, q in zip(rec.top_ids[b, p].tolist(),
+                                                                        rec.top_probs[b, p].tolist()) if i >= 0]
+                    ids.update(a[0] for a in alt)
+                    top[str(p)] = alt
             steps.append({"step": rec.step, "block": rec.block,
-                          "commits": [[p, t, c if math.isfinite(c) else None] for p, t, c in zip(pos, toks, conf)]})
+                          "commits": [[p, t, c if math.isfinite(c) else None] for p, t, c in zip(pos, toks, conf)],
+                          "entropy": [_finite(float(h)) for h in rec.entropy[b].tolist()], "top": top})
         samples.append({"canvas": start, "steps": steps})
+    lens_data = None
+    if lens is not None:
+        k = min(lens_k, lens.top_ids.shape[-1])
+        ids.update(int(i) for i in lens.top_ids[..., :k].unique().tolist() if i >= 0)
+        lens_data = {"labels": list(lens.labels), "samples": [
+            {str(st): [[[[int(i), _finite(float(q))] for i, q in zip(lens.top_ids[si, d, b, p, :k].tolist(),
+                                                                      lens.top_probs[si, d, b, p, :k].tolist()) if i >= 0]
+                         for p in range(N)] for d in range(len(lens.labels))]
+             for si, st in enumerate(lens.steps)} for b in range(B)]}
     cache = next((r.cache for r in records if r.cache is not None), None)
     exact = next((r.exact for r in records if r.exact is not None), None)
     return {"prompt_len": prompt_len, "placeholder": PLACEHOLDER, "cache": cache, "exact": exact,
-            "tokens": {str(i): token_text(i) for i in sorted(ids)}, "samples": samples}
+            "tokens": {str(i): token_text(i) for i in sorted(ids)}, "samples": samples, "lens": lens_data}
 
 
 def trajectory_page(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_len: int, mask_id: int,
                     token_text: Callable[[int], str], title: str = "denoising trajectory",
-                    notes: Sequence[str] = ()) -> str:
+                    notes: Sequence[str] = (), lens=None) -> str:
     """A self-contained HTML page (one string) showing the trajectory (see :func:`trajectory_data`);
-    ``notes``: lines shown under the title (e.g. the model and the decoder settings)."""
-    data = trajectory_data(records, canvas, prompt_len, mask_id, token_text)
+    ``notes``: lines shown under the title (e.g. the model and the decoder settings); ``lens``: a
+    :class:`~dlmlab.sampling.lens.TrajectoryLens` of the same decode, shown per layer for a chosen position."""
+    data = trajectory_data(records, canvas, prompt_len, mask_id, token_text, lens)
     payload = json.dumps(data, ensure_ascii=True, allow_nan=False).replace("</", "<\\/")
     label = ("cache: none" if data["cache"] in (None, "none") else f"cache: {data['cache']}") + (
         "" if data["exact"] is None else (" (exact)" if data["exact"] else " (approximate: logits differ from "
@@ -74,17 +103,31 @@ def trajectory_page(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:1.5em;max-width:70em;color:#222}
+body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#222}
 .note{margin:.2em 0;color:#555}
 #controls{margin:1em 0;display:flex;gap:.6em;align-items:center;flex-wrap:wrap}
 #slider{width:24em}
 #canvas{font-family:ui-monospace,monospace;line-height:2.1;border:1px solid #ccc;padding:.6em;white-space:pre-wrap}
-#canvas span{padding:.1em .15em;margin:0 1px;border-radius:3px}
+#canvas span{padding:.1em .15em;margin:0 1px;border-radius:3px;cursor:pointer}
 .prompt{background:#eee;color:#555}.done{background:#e6f0ff}.masked{color:#aaa;background:#fafafa}
-.now{background:#ffd76a;outline:1px solid #c90}
+.now{background:#ffd76a;outline:1px solid #c90}.chosen{box-shadow:0 0 0 2px #c0f}
+.ws{color:#b05;font-weight:bold}
 #text{white-space:pre-wrap;font-family:ui-monospace,monospace;border-left:3px solid #ccc;padding-left:.6em}
-#steps{columns:4;font-size:.9em}#steps li{cursor:pointer}#steps li.cur{font-weight:bold;color:#05a}
+#steps{list-style-position:inside;padding:0;margin:0;max-height:16em;overflow-y:auto;border:1px solid #ddd;
+ display:grid;grid-template-columns:repeat(auto-fill,minmax(24em,1fr));font-size:.9em}
+#steps li{cursor:pointer;padding:.15em .4em;border-bottom:1px solid #f0f0f0;white-space:nowrap;overflow:hidden;
+ text-overflow:ellipsis}
+#steps li.cur{font-weight:bold;color:#05a;background:#eef5ff}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.15em .5em;text-align:left}
+#heat-wrap{overflow:auto;max-height:32em;border:1px solid #ddd}
+#heat{border-collapse:collapse;font-size:.7em;font-family:ui-monospace,monospace}
+#heat td,#heat th{border:none;padding:0;min-width:1.2em;height:1.2em;text-align:center}
+#heat td.cell{cursor:pointer;border:1px solid #fff}
+#heat td.commit{outline:2px solid #c60;outline-offset:-2px}
+#heat th.cur,#heat td.cur{box-shadow:inset 0 0 0 1px #05a}
+#heat th{position:sticky;top:0;background:#fff;font-weight:normal;color:#666}
+#heat th.pos{position:sticky;left:0;text-align:right;padding-right:.4em}
+#lens td,#lens th{font-family:ui-monospace,monospace;font-size:.9em}
 </style></head><body>
 <h1>__TITLE__</h1>
 __NOTES__
@@ -97,12 +140,21 @@ __NOTES__
 </div>
 <h2>Canvas after this step</h2>
 <p class="note">highlighted: committed at this step (hover: confidence); blue: committed earlier; grey: prompt;
-__PH__: still masked</p>
+__PH__: still masked; <span class="ws">&#9251;</span> a space, <span class="ws">&#8677;</span> a tab,
+<span class="ws">&#8629;</span> a newline.  Click a position to choose it for the logit lens.</p>
 <div id="canvas"></div>
 <h2>Text so far</h2>
 <div id="text"></div>
 <h2>Committed at this step</h2>
 <table id="commits"><thead><tr><th>position</th><th>token</th><th>confidence</th></tr></thead><tbody></tbody></table>
+<h2>Entropy: positions &times; steps</h2>
+<p class="note">one row per position, one column per step of this sample; darker: higher entropy of the
+candidates (nats); outlined: committed at that step; blank: not a candidate.  Hover a cell for the step's
+top alternatives there; click it to go to that step and choose that position.</p>
+<div id="heat-wrap"><table id="heat"></table></div>
+<h2>Logit lens at the chosen position</h2>
+<p class="note" id="lens-note"></p>
+<table id="lens"><thead></thead><tbody></tbody></table>
 <h2>Steps</h2>
 <ol id="steps" start="0"></ol>
 <script type="application/json" id="data">__DATA__</script>
@@ -110,10 +162,64 @@ __PH__: still masked</p>
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
 const $ = (id) => document.getElementById(id);
-let cur = 0, k = 0;
+let cur = 0, k = 0, chosen = -1;
 const tokText = (t) => (t < 0 ? D.placeholder : (D.tokens[String(t)] ?? "<" + t + ">"));
-const show = (s) => s.replace(/\\n/g, "\\u21b5\\n");
+const WS = {" ": "\\u2423", "\\t": "\\u21e5", "\\n": "\\u21b5\\n", "\\r": "\\u240d"};
+const show = (s) => s.replace(/[ \\t\\n\\r]/g, (c) => WS[c]);
+const isWs = (s) => s.length > 0 && /^[ \\t\\n\\r]+$/.test(s);
+const fmt = (x) => (x === null || x === undefined ? "n/a" : x.toFixed(3));
+const alts = (a) => a.map(([t, p]) => JSON.stringify(show(tokText(t))) + " " + fmt(p)).join(", ");
 function sample() { return D.samples[cur]; }
+function maxEntropy() {
+  let m = 0;
+  for (const st of sample().steps) for (const h of (st.entropy || [])) if (h !== null && h > m) m = h;
+  return m || 1;
+}
+function fillHeat() {
+  const S = sample(), tab = $("heat"), N = S.canvas.length, m = maxEntropy();
+  tab.replaceChildren();
+  const head = tab.insertRow();
+  const corner = document.createElement("th"); corner.className = "pos"; corner.textContent = "pos"; head.appendChild(corner);
+  S.steps.forEach((st, j) => { const th = document.createElement("th"); th.textContent = String(st.step);
+    th.dataset.col = String(j); head.appendChild(th); });
+  for (let p = 0; p < N; p++) {
+    const tr = tab.insertRow();
+    const th = document.createElement("th"); th.className = "pos"; th.textContent = String(p); tr.appendChild(th);
+    S.steps.forEach((st, j) => {
+      const td = tr.insertCell();
+      td.dataset.pos = String(p); td.dataset.col = String(j);
+      const h = st.entropy ? st.entropy[p] : null;
+      const c = st.commits.find((x) => x[0] === p);
+      if (h !== null && h !== undefined) {
+        td.className = "cell" + (c ? " commit" : "");
+        const v = Math.min(1, h / m);
+        td.style.background = "rgba(40,60,160," + (0.08 + 0.85 * v).toFixed(3) + ")";
+        const a = st.top && st.top[String(p)] ? alts(st.top[String(p)]) : "";
+        td.title = "position " + p + ", decoder step " + st.step + ", entropy " + fmt(h) +
+          (c ? ", committed " + JSON.stringify(show(tokText(c[1]))) : "") + (a ? "\\ntop: " + a : "");
+        td.addEventListener("click", () => { k = j; chosen = p; render(); });
+      }
+    });
+  }
+}
+function renderLens() {
+  const note = $("lens-note"), head = $("lens").tHead, body = $("lens").tBodies[0];
+  head.replaceChildren(); body.replaceChildren();
+  const S = sample(), st = S.steps[k];
+  if (!D.lens) { note.textContent = "no logit lens in this page (trajectory_page(..., lens=trajectory_lens(traj, model)))"; return; }
+  if (chosen < 0) { note.textContent = "choose a position (click the canvas or the heat map)"; return; }
+  const L = D.lens.samples[cur][String(st.step)];
+  if (!L) { note.textContent = "decoder step " + st.step + " was not cached for the lens"; return; }
+  note.textContent = "position " + chosen + ", decoder step " + st.step + ": top tokens of the residual stream at each depth";
+  const hr = head.insertRow();
+  for (const t of ["depth", "top tokens (probability)"]) { const th = document.createElement("th"); th.textContent = t; hr.appendChild(th); }
+  D.lens.labels.forEach((lab, d) => {
+    const tr = body.insertRow();
+    tr.insertCell().textContent = lab;
+    const a = L[d][chosen];
+    tr.insertCell().textContent = a.length ? alts(a) : "not computed at this step";
+  });
+}
 function render() {
   const S = sample(), n = S.steps.length;
   k = Math.max(0, Math.min(k, n - 1));
@@ -130,15 +236,21 @@ function render() {
   box.replaceChildren();
   canvas.forEach((t, p) => {
     const el = document.createElement("span");
-    el.textContent = show(tokText(t));
+    const raw = tokText(t);
+    el.textContent = show(raw);
     el.dataset.pos = String(p);
-    if (p < D.prompt_len && S.canvas[p] >= 0) el.className = "prompt";
+    let cls = "";
+    if (p < D.prompt_len && S.canvas[p] >= 0) cls = "prompt";
     else if (now.has(p)) {
-      el.className = "now";
+      cls = "now";
       const c = now.get(p);
-      el.title = "position " + p + ", confidence " + (c === null ? "n/a" : c.toFixed(3));
-    } else if (t < 0) el.className = "masked";
-    else if (S.canvas[p] < 0) el.className = "done";
+      el.title = "position " + p + ", confidence " + fmt(c);
+    } else if (t < 0) cls = "masked";
+    else if (S.canvas[p] < 0) cls = "done";
+    if (t >= 0 && isWs(raw)) cls += " ws";
+    if (p === chosen) cls += " chosen";
+    el.className = cls.trim();
+    el.addEventListener("click", () => { chosen = p; render(); });
     box.appendChild(el);
   });
   $("text").textContent = canvas.map(tokText).join("");
@@ -149,10 +261,13 @@ function render() {
     tr.dataset.pos = String(p);
     tr.insertCell().textContent = String(p);
     tr.insertCell().textContent = show(tokText(t));
-    tr.insertCell().textContent = c === null ? "n/a" : c.toFixed(3);
+    tr.insertCell().textContent = fmt(c);
   }
   const ol = $("steps");
   [...ol.children].forEach((li, j) => li.classList.toggle("cur", j === k));
+  for (const el of $("heat").querySelectorAll(".cur")) el.classList.remove("cur");
+  for (const el of $("heat").querySelectorAll('[data-col="' + k + '"]')) el.classList.add("cur");
+  renderLens();
 }
 function fillSteps() {
   const ol = $("steps");
@@ -163,6 +278,7 @@ function fillSteps() {
     const mean = cs.length ? cs.reduce((a, b) => a + b, 0) / cs.length : null;
     li.textContent = "decoder step " + st.step + ": " + st.commits.length + " committed" +
       (mean === null ? "" : ", mean confidence " + mean.toFixed(3));
+    li.title = li.textContent;
     li.addEventListener("click", () => { k = j; render(); });
     ol.appendChild(li);
   });
@@ -170,11 +286,12 @@ function fillSteps() {
 D.samples.forEach((_, i) => { const o = document.createElement("option"); o.value = String(i);
   o.textContent = String(i); $("sample").appendChild(o); });
 if (D.samples.length < 2) $("sample-box").style.display = "none";
-$("sample").addEventListener("change", (e) => { cur = Number(e.target.value); k = 0; fillSteps(); render(); });
+$("sample").addEventListener("change", (e) => { cur = Number(e.target.value); k = 0; fillSteps(); fillHeat(); render(); });
 $("slider").addEventListener("input", (e) => { k = Number(e.target.value); render(); });
 $("prev").addEventListener("click", () => { k -= 1; render(); });
 $("next").addEventListener("click", () => { k += 1; render(); });
 fillSteps();
+fillHeat();
 render();
 </script>
 </body></html>
