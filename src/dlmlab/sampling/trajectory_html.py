@@ -115,8 +115,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#222}
 #text{white-space:pre-wrap;font-family:ui-monospace,monospace;border-left:3px solid #ccc;padding-left:.6em}
 #steps{list-style-position:inside;padding:0;margin:0;max-height:16em;overflow-y:auto;border:1px solid #ddd;
  display:grid;grid-template-columns:repeat(auto-fill,minmax(24em,1fr));font-size:.9em}
-#steps li{cursor:pointer;padding:.15em .4em;border-bottom:1px solid #f0f0f0;white-space:nowrap;overflow:hidden;
- text-overflow:ellipsis}
+#steps li{cursor:pointer;padding:.15em .4em;border-bottom:1px solid #f0f0f0;overflow-wrap:anywhere}
 #steps li.cur{font-weight:bold;color:#05a;background:#eef5ff}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.15em .5em;text-align:left}
 #heat-wrap{overflow:auto;max-height:32em;border:1px solid #ddd}
