@@ -14,6 +14,7 @@ from dlmlab.analysis.layer_probes import best_layer, collect_states, probe_layer
 from dlmlab.analysis.patching import patch_positions
 from dlmlab.config import ConfigError
 from dlmlab.objectives import TaggingObjective
+from dlmlab.report.claims import learned_level
 from dlmlab.studies.state.presets import StatePreset
 from dlmlab.tasks.code_depth import CodeDepthTask
 from dlmlab.tasks.dyck import DyckTask
@@ -60,18 +61,54 @@ def build(variant: str, task, p: StatePreset):
 TAGGING = TaggingObjective()  # loss: (model, {"tokens", "labels"}) -> (float32 cross-entropy, {loss, acc})
 
 
+class _Learned(Exception):
+    """Raised from the training loop's evaluation hook when the check batch reaches the stop level."""
+
+
 def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps: int | None = None,
-                  arch: str | None = None) -> list[dict]:
-    """Train on ``task`` at ``p.train_len``; steps / lr from the preset for ``arch`` unless ``steps`` is given."""
+                  arch: str | None = None, check: tuple | None = None, stop_at: float | None = None) -> list[dict]:
+    """Train on ``task`` at ``p.train_len``; steps / lr from the preset for ``arch`` unless ``steps`` is given.
+
+    Ten times over training (and at the end) a row ``{"step", "acc", "loss"}`` (the training batch's accuracy
+    and loss at that step) is logged, with ``check_acc``: the accuracy on ``check`` = (tokens, labels) when given.
+    ``stop_at``: training stops at the first logged step whose ``check_acc`` is >= it (the model learned the task;
+    the remaining steps are not paid).  Returns the rows; the last row's step is the number of steps trained."""
     steps = steps or p.steps_for(task.name, arch)
+    every = max(1, steps // 10)
     cfg = TrainConfig(steps=steps, batch_size=p.batch_size, lr=p.lr_for(arch), warmup_steps=min(p.warmup_steps, steps),
-                      seed=p.seed, log_every=max(1, steps // 10), progress=progress)
+                      seed=p.seed, log_every=every, eval_every=every, progress=progress)
+    last: dict = {}
+    rows: list[dict] = []
 
     def make_batch(step: int, gen: torch.Generator) -> dict:
         x, y = sample(task, p.batch_size, p.train_len, gen, "train")
         return TAGGING.make_batch(x, gen, labels=y)
 
-    return train(model, cfg, make_batch, TAGGING.loss, out_dir=None, desc=desc)
+    def loss_fn(model, batch):
+        loss, metrics = TAGGING.loss(model, batch)  # looked up at call time
+        last.update(metrics)
+        return loss, metrics
+
+    def on_log(model, step: int) -> dict:
+        row = {"step": step, **{k: float(v) for k, v in last.items()}}
+        if check is not None:
+            row["check_acc"] = tagging_accuracy(model, *check)
+        rows.append(row)
+        if stop_at is not None and row.get("check_acc", -1.0) >= stop_at and step < steps:
+            raise _Learned
+        return {}
+
+    try:
+        train(model, cfg, make_batch, loss_fn, out_dir=None, eval_fn=on_log, desc=desc)
+    except _Learned:
+        model.eval()
+    return rows
+
+
+def check_set(task, p: StatePreset) -> tuple:
+    """The fixed batch (tokens, labels) [check_seqs, train_len] whose accuracy decides when training stops (drawn
+    from the training split with its own seed: not the evaluation data)."""
+    return sample(task, p.check_seqs, p.train_len, torch.Generator().manual_seed(p.seed * 7919 + 3), "train")
 
 
 @dataclass
@@ -123,21 +160,27 @@ def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool 
 
     ``acc_by_len`` {length: per-token accuracy}; ``acc_per_seq`` {length: [eval_seqs] per-sequence
     accuracy}; ``chance`` {length: majority-label rate}; ``above_chance`` (at ``train_len``: accuracy >=
-    chance + ``chance_margin``), ``above_chance_by_len``; ``learned`` (>= ``learned_acc``); ``curve``:
-    [[step, training-batch accuracy, loss], ...] logged ten times over training.
+    chance + ``chance_margin``), ``above_chance_by_len``; ``learned`` (>= ``learned_level``: ``learned_fraction`` of the
+    way from chance to perfect, the precondition of every claim); ``curve``: [[step, training-batch accuracy, loss,
+    check-batch accuracy], ...] logged ten times over training; ``steps_trained`` (< ``steps`` when
+    ``p.until_learned`` stopped it: the check batch reached ``stop_at``).
     """
     torch.manual_seed(p.seed)
     model = build(variant, task, p)
     from dlmlab.models.factory import count_params
 
     t0 = time.perf_counter()
-    hist = train_on_task(model, task, p, progress, desc=f"{variant}/{task.name}", arch=variant)
+    check = check_set(task, p)
+    stop_at = learned_level(majority_rate(check[1]), p.stop_fraction) if p.until_learned else None
+    hist = train_on_task(model, task, p, progress, desc=f"{variant}/{task.name}", arch=variant, check=check,
+                         stop_at=stop_at)
     cell: dict = {"arch": variant, "task": task.name, "seed": p.seed, "params": count_params(model),
                   "train_time_s": time.perf_counter() - t0, "steps": p.steps_for(task.name, variant),
+                  "steps_trained": hist[-1]["step"] if hist else 0, "stop_at": stop_at,
                   "lr": p.lr_for(variant), "batch_size": p.batch_size, "train_len": p.train_len,
                   "final_train_loss": hist[-1]["loss"] if hist else None,
                   "final_train_acc": hist[-1].get("acc") if hist else None,
-                  "curve": [[r["step"], r.get("acc"), r.get("loss")] for r in hist]}
+                  "curve": [[r["step"], r.get("acc"), r.get("loss"), r.get("check_acc")] for r in hist]}
     per_seq = {L: per_sequence_accuracy(model, x, y) for L, (x, y) in data.by_len.items()}
     cell["acc_per_seq"] = {L: v.tolist() for L, v in per_seq.items()}
     cell["acc_by_len"] = {L: float(v.mean()) for L, v in per_seq.items()}
@@ -145,7 +188,8 @@ def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool 
     cell["above_chance_by_len"] = {L: bool(cell["acc_by_len"][L] >= data.chance[L] + p.chance_margin)
                                    for L in data.by_len}
     cell["above_chance"] = cell["above_chance_by_len"][p.train_len]
-    cell["learned"] = bool(cell["acc_by_len"][p.train_len] >= p.learned_acc)
+    cell["learned_level"] = learned_level(data.chance[p.train_len], p.learned_fraction)
+    cell["learned"] = bool(cell["acc_by_len"][p.train_len] >= cell["learned_level"])
     if analyse:
         cell.update(analyse_model(model, data, p))
     return cell

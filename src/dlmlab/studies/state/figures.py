@@ -25,8 +25,8 @@ def probe_by_layer(cells, tasks, archs, out) -> dict:
                 continue
             acc = [p["accuracy"] for p in c["probes"]]
             ctrl += [p["control_accuracy"] for p in c["probes"]]
-            counted = bool(c.get("above_chance", False))
-            tag = "" if c.get("learned") else " (partial)" if counted else " (at chance)"
+            counted = bool(c.get("learned", False))  # the claims count learned cells only
+            tag = "" if counted else " (partial)" if c.get("above_chance") else " (at chance)"
             st = dict(_style(a), **({} if counted else {"alpha": 0.35, "linestyle": ":"}))
             a_.plot(range(len(acc)), acc, label=a + tag, **st)
             b = c.get("best_block", c.get("best_layer", 0))

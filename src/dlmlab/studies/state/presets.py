@@ -19,9 +19,13 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     ``steps`` maps ``task`` or ``"arch/task"`` -> training steps (the more specific key wins;
     missing -> ``default_steps``); ``lr_by_arch`` maps arch -> learning rate (missing -> ``lr``).
     ``mamba-noconv`` uses its own key if present, else Mamba's (same recipe for the conv ablation).
-    A cell is *above chance* when its per-token accuracy at ``train_len`` is >= the majority-label rate of
-    the evaluation labels + ``chance_margin``; claims about probe / ablation / patching profiles use every
-    cell above chance, and mark those below ``learned_acc`` as *partial*.
+    A cell has *learned* its task when its per-token accuracy at ``train_len`` is >= ``learned_level(chance)``
+    (:func:`dlmlab.report.claims.learned_level`: ``learned_fraction`` of the way from the majority-label rate to
+    perfect); claims count learned cells only (their precondition).  *Above chance* (>= chance +
+    ``chance_margin``) only labels the cells that did not learn (*partial* vs *at chance*).
+    ``until_learned``: each training run stops at the first of its ten logged steps where its accuracy on a fixed
+    check batch (``check_seqs`` sequences of the training split) reaches ``learned_level(chance, stop_fraction)``;
+    its ``steps`` are then a cap.
     ``ablation_seqs``: sequences per length used for the ablations (0 = all ``eval_seqs``), at the lengths
     ``ablation_lens`` (empty = all ``eval_lens``; must include ``train_len``).
     ``conv_seeds``: seeds of Mamba with and without Conv1D on each of ``conv_tasks`` (seed 0 = the main cell).
@@ -41,7 +45,10 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     batch_size: int = 32
     lr: float = 3e-3
     lr_by_arch: dict = field(default_factory=dict)
-    learned_acc: float = 0.95
+    learned_fraction: float = 0.9  # report.claims.LEARNED_FRACTION: the claims' "learned" level
+    until_learned: bool = False
+    stop_fraction: float = 0.95  # stop above the learned level, so a stopped model clears it on fresh data
+    check_seqs: int = 64
     chance_margin: float = 0.1
     warmup_steps: int = 20
     train_len: int = 40
@@ -95,7 +102,10 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
         bad = sorted(set(self.lr_by_arch) - arch_names)
         require(not bad, f"lr_by_arch: unknown architecture(s) {bad}")
         require(self.lr > 0 and all(float(v) > 0 for v in self.lr_by_arch.values()), "learning rates must be > 0")
-        require(0 < self.learned_acc <= 1, f"learned_acc must be in (0, 1], got {self.learned_acc}")
+        require(0 < self.learned_fraction <= 1, f"learned_fraction must be in (0, 1], got {self.learned_fraction}")
+        require(self.learned_fraction <= self.stop_fraction <= 1,
+                f"stop_fraction must be in [learned_fraction, 1], got {self.stop_fraction}")
+        require(self.check_seqs >= 1, f"check_seqs must be >= 1, got {self.check_seqs}")
         require(self.train_len >= 4, f"train_len must be >= 4, got {self.train_len}")
         require(self.train_len in self.eval_lens, "eval_lens must include train_len")
         require(all(n >= 4 for n in self.eval_lens), "eval_lens must be >= 4")

@@ -155,6 +155,7 @@ def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -
     t0 = time.process_time()
     hist = train_on_task(model, task, p, progress, desc=f"{Path(path).name}/{task_name}", steps=p.pretrained_steps)
     res = {"path": str(path), "task": task_name, "arch": model.base.config.model_type, "params": count_params(model),
+           "train_len": p.train_len,
            "steps": p.pretrained_steps, "final_train_loss": hist[-1]["loss"] if hist else None,
            "finetune_cpu_s": time.process_time() - t0,
            "acc_by_len": {L: tagging_accuracy(model, x, y) for L, (x, y) in data.by_len.items()}}

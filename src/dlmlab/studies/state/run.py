@@ -116,7 +116,7 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
                  "unavailable": missing, "pretrained": pretrained, "pretrained_note": pretrained_note,
                  "jobs_cpu_s": float(sum(c.get("cpu_time_s", 0.0) for c in runs.values()))},
         tables=tables(cells, conv_runs, p, archs, main_archs, missing, pretrained), figures=figs,
-        claims=all_claims(cells, conv_runs),
+        claims=all_claims(cells, conv_runs, pretrained),
         setup=setup_text(p, archs, missing, cells, pretrained_note),
     )
     res.wall_time_s = time.perf_counter() - t_start
@@ -211,7 +211,7 @@ def load_cell(out: Path, key: Key, p: StatePreset) -> dict | None:
 
 
 def status(c: dict) -> str:
-    """'learned' (>= learned_acc), 'partial' (above chance, below learned_acc) or 'at chance'."""
+    """'learned' (>= its learned level), 'partial' (above chance + chance_margin, not learned) or 'at chance'."""
     return "learned" if c.get("learned") else "partial" if c.get("above_chance") else "at chance"
 
 
@@ -229,9 +229,13 @@ def setup_text(p: StatePreset, archs, missing, cells, pretrained_note: str = "")
          f"{p.probe_samples} positions of {p.probe_seqs} sequences per layer, split by sequence, "
          "control = shuffled labels. Best block = earliest block within 0.005 of the best block probe accuracy. "
          f"Chance = the majority-label rate of the evaluation labels; a cell is 'above chance' when its per-token "
-         f"accuracy at length {p.train_len} is >= chance + {p.chance_margin}, 'learned' when >= {p.learned_acc}, "
-         "'partial' in between. Claims about profiles use every cell above chance and mark partial ones; cells at "
-         "chance are reported but not counted. Ablations use "
+         f"accuracy at length {p.train_len} is >= chance + {p.chance_margin}, 'learned' when >= chance + "
+         f"{p.learned_fraction} x (1 - chance) ({p.learned_fraction:.0%} of the way from chance to perfect), "
+         "'partial' in between. Claims count learned cells only (their precondition, checked for every cell a claim "
+         "names, also when it holds); partial cells and cells at chance are reported but not counted. "
+         + (f"Each run stops once its accuracy on a fixed check batch of the training split reaches "
+            f"{p.stop_fraction:.0%} of the way from chance to perfect (checked ten times over its steps, which are a "
+            "cap). " if p.until_learned else "") + "Ablations use "
          f"{p.ablation_seqs or p.eval_seqs} sequences per length. Activation patching: one token changed at "
          f"position {p.train_len // 2} (Parity: a bit flipped; S3: another element; Dyck: one bracket flipped "
          "between opening and closing; Code-Depth: one depth-changing token replaced by its opposite), target = the "
@@ -273,15 +277,17 @@ def tables(cells, conv_runs, p: StatePreset, archs, main_archs, missing, pretrai
     if (p.d_model, p.n_layers) != (128, 4):
         ts.append(paper_param_table(p, main_archs))
     rows = [[a, t, status(c), c["chance"][p.train_len]] + [c["acc_by_len"][L] for L in p.eval_lens]
-            + [c["steps"], c["batch_size"], c["lr"], c["train_time_s"]] for (a, t), c in cells.items()]
+            + [f"{c.get('steps_trained', c['steps'])} / {c['steps']}", c["batch_size"], c["lr"], c["train_time_s"]]
+            for (a, t), c in cells.items()]
     ts.append(Table("Per-token accuracy by evaluation length", ["arch", "task", "status", "chance"]
                     + [f"L={L}" for L in p.eval_lens] + ["steps", "batch", "lr", "train s"], rows,
                     note=f"Trained at length {p.train_len}; chance = majority-label rate at length {p.train_len}; "
-                         f"status: learned (>= {p.learned_acc}), partial (>= chance + {p.chance_margin}), at chance."))
+                         f"status: learned (>= chance + {p.learned_fraction} x (1 - chance)), partial (>= chance + "
+                         f"{p.chance_margin}), at chance; steps: trained / cap."))
     rows = []
     for (a, t), c in cells.items():
         curve = c.get("curve") or []
-        rows.append([a, t, status(c)] + [f"{s}: {acc:.2f}" for s, acc, _ in curve])
+        rows.append([a, t, status(c)] + [f"{r[0]}: {r[1]:.2f}" for r in curve])
     n = max((len(r) - 3 for r in rows), default=0)
     ts.append(Table("Training-batch accuracy over steps", ["arch", "task", "status"]
                     + [f"log {i + 1}" for i in range(n)], rows,
