@@ -39,6 +39,7 @@ def _queries() -> Queries:
     return Queries(toks, torch.full((n,), 5), toks[:, 0].clone(), torch.zeros(n, dtype=torch.long))
 
 
+# each refusal names the public function called (issue 30: not diagonal_scores when previous_token_scores was called)
 ATTENTION_CALLS = {
     "head_means": lambda m: ablation.head_means(m, _tokens()),
     "ablate_heads": lambda m: ablation.ablate_heads(m, [(0, 0)]).__enter__(),
@@ -47,18 +48,18 @@ ATTENTION_CALLS = {
                                                                kind="zero"),
     "attention_patterns": lambda m: heads.attention_patterns(m, _tokens()),
     "attention_to": lambda m: heads.attention_to(m, _tokens(2), torch.tensor([1, 2]), torch.tensor([0, 0])),
-    "diagonal_scores": lambda m: heads.previous_token_scores(m, _tokens()),
+    "previous_token_scores": lambda m: heads.previous_token_scores(m, _tokens()),
     "dlm_induction_scores": lambda m: induction.dlm_induction_scores(m, _tokens(), MASK),
     "ar_induction_scores": lambda m: induction.ar_induction_scores(m, _tokens()),
     "qk_circuit": lambda m: circuits.qk_circuit(m, 0),
     "ov_circuit": lambda m: circuits.ov_circuit(m, 0),
-    "all_circuits": lambda m: circuits.composition_scores(m, "Q"),
+    "composition_scores": lambda m: circuits.composition_scores(m, "Q"),
     "copying_scores": lambda m: circuits.copying_scores(m),
     "attention_scores": lambda m: attention_scores(m, _tokens()),
     "storage_routing": lambda m: storage_routing(m, _queries()),
     "storage_matrix": lambda m: storage_matrix(m, torch.arange(3)),
-    "evidence_scores": lambda m: score_correlation(m, _queries(), _queries()),
-    "storage_modules": lambda m: per_query_gradient_cosine(m, _queries(), _queries()),
+    "score_correlation": lambda m: score_correlation(m, _queries(), _queries()),
+    "per_query_gradient_cosine": lambda m: per_query_gradient_cosine(m, _queries(), _queries()),
 }
 
 

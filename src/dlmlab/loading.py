@@ -219,7 +219,7 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
                   format=info.format, bidirectional=bool(info.bidirectional), noise=_noise(objective, None))
 
 
-def _step_checkpoint(p: Path, step: int) -> Path:
+def step_checkpoint(p: Path, step: int) -> Path:
     """Checkpoint ``step`` of run folder ``p`` (a one-line error naming the steps it has, if not there)."""
     from dlmlab.training.checkpoint import list_checkpoints
 
@@ -255,7 +255,7 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
         if _is_checkpoint(p):
             raise UserError(f"{p} is a checkpoint folder; step= picks a checkpoint of a run folder (give the run)")
         if (p / "checkpoints").is_dir() or (p / "model.json").is_file():
-            p = _step_checkpoint(p, step)
+            p = step_checkpoint(p, step)
         else:
             raise UserError(f"{p} is not a dlmlab run folder (no checkpoints/), so it has no step {step} to load")
         loaded = load(p, dtype, device)

@@ -1,8 +1,9 @@
 """Linear probes on activations (scikit-learn), scored on held-out data.
 
 ``probe_classification`` fits a logistic-regression probe and returns held-out
-accuracy (a solver that stops at ``max_iter`` is recorded in ``converged``, not
-printed as a warning); ``probe_regression`` fits ridge regression and returns held-out R^2.
+accuracy beside the majority-class baseline (``ProbeResult.baseline``; ``str(result)`` shows both; a
+solver that stops at ``max_iter`` is recorded in ``converged``, not printed as a warning);
+``probe_regression`` fits ridge regression and returns held-out R^2.
 Both split by *sequence* groups when ``groups`` is given so that positions of one
 sequence never land on both sides.
 """
@@ -28,6 +29,14 @@ class ProbeResult:
     model: object
     scaler: StandardScaler
     converged: bool = True  # False: the solver stopped at max_iter (recorded instead of warning)
+    # classification: held-out accuracy of always answering the training split's most frequent class
+    # (a probe is only informative above it); regression: None (R^2 is already 0 for the mean)
+    baseline: float | None = None
+
+    def __str__(self) -> str:
+        kind = "R^2" if self.baseline is None else "accuracy"
+        base = f", majority-class baseline {self.baseline:.3f}" if self.baseline is not None else ""
+        return f"held-out {kind} {self.score:.3f}{base} (train {self.train_score:.3f})"
 
 
 def _np(x) -> np.ndarray:
@@ -62,11 +71,13 @@ def probe_classification(X, y, groups=None, test_size: float = 0.25, seed: int =
         warnings.simplefilter("ignore", ConvergenceWarning)  # recorded in ``converged`` instead
         clf.fit(scaler.transform(X[tr]), y[tr])
     converged = bool((np.asarray(clf.n_iter_) < max_iter).all())
-    coef = clf.coef_[0] if clf.coef_.shape[0] == 1 else clf.coef_[np.argmax(np.bincount(y[tr]))]
+    majority = int(np.argmax(np.bincount(y[tr])))
+    coef = clf.coef_[0] if clf.coef_.shape[0] == 1 else clf.coef_[majority]
     return ProbeResult(
         score=float(clf.score(scaler.transform(X[te]), y[te])),
         train_score=float(clf.score(scaler.transform(X[tr]), y[tr])),
         direction=_raw_direction(coef, scaler), model=clf, scaler=scaler, converged=converged,
+        baseline=float(np.mean(y[te] == majority)),
     )
 
 

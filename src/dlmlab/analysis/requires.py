@@ -13,6 +13,7 @@ analyses need more, e.g. attention heads.  Each analysis calls one of these firs
 from __future__ import annotations
 
 import fnmatch
+import sys
 from typing import Iterable
 
 from dlmlab.errors import UserError
@@ -21,6 +22,29 @@ from dlmlab.models.protocol import family_name, has_attention, residual_point_na
 
 class UnsupportedModel(UserError, TypeError):
     """An analysis given a model without what it needs (attention, a hook point, a module)."""
+
+
+# frames of these modules sit between two analysis functions (decorators such as torch.no_grad) and are skipped
+_PASS_THROUGH = ("torch", "contextlib", "functools")
+
+
+def public_name(analysis: str) -> str:
+    """The public analysis function the caller called: the outermost public function of a ``dlmlab.analysis``
+    module on the stack, above the function that states its needs (``previous_token_scores``, not the
+    ``diagonal_scores`` it calls), else ``analysis``.  Refusals name it, so that the message names what was
+    called."""
+    name = analysis
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("dlmlab.analysis"):
+            fn = frame.f_code.co_name
+            if module != __name__ and not fn.startswith(("_", "<")) and callable(frame.f_globals.get(fn)):
+                name = fn
+        elif not module.split(".")[0] in _PASS_THROUGH:
+            break  # the caller (user code, a study, the CLI)
+        frame = frame.f_back
+    return name
 
 
 def a_model(model) -> str:
@@ -34,7 +58,7 @@ def require_blocks(model, analysis: str) -> int:
     """The number of blocks; raises unless ``model.blocks`` is a non-empty sequence of blocks."""
     blocks = getattr(model, "blocks", None)
     if not blocks:
-        raise UnsupportedModel(f"{analysis} needs a model with blocks (model.blocks); got {a_model(model)} without any")
+        raise UnsupportedModel(f"{public_name(analysis)} needs a model with blocks (model.blocks); got {a_model(model)} without any")
     return len(blocks)
 
 
@@ -56,13 +80,13 @@ def require_hooks(model, names: Iterable[str], analysis: str, what: str = "") ->
     """
     points = getattr(model, "hook_points", None)
     if not isinstance(points, dict):
-        raise UnsupportedModel(f"{analysis} needs a hooked dlmlab model (model.hook_points); "
+        raise UnsupportedModel(f"{public_name(analysis)} needs a hooked dlmlab model (model.hook_points); "
                                f"got {type(model).__name__}")
     missing = [n for n in names if not any(p == n or fnmatch.fnmatchcase(p, n) for p in points)]
     if missing:
         shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
         why = f" ({what})" if what else ""
-        raise UnsupportedModel(f"{analysis} needs the hook point{'s' if len(missing) > 1 else ''} {shown}{why}; "
+        raise UnsupportedModel(f"{public_name(analysis)} needs the hook point{'s' if len(missing) > 1 else ''} {shown}{why}; "
                                f"got {a_model(model)} without {'them' if len(missing) > 1 else 'it'}")
 
 
@@ -77,11 +101,11 @@ def require_attention(model, analysis: str, points: Iterable[str] = (), weights:
     ``blocks.{i}.attn.<p>`` for ``p`` in ``points`` and, with ``weights``, per-head weights
     (``attn.head_weights()``)."""
     if not has_attention(model):
-        raise UnsupportedModel(f"{analysis} needs an attention model (blocks.{{i}}.attn); got {a_model(model)}")
+        raise UnsupportedModel(f"{public_name(analysis)} needs an attention model (blocks.{{i}}.attn); got {a_model(model)}")
     require_hooks(model, [f"blocks.{i}.attn.{p}" for p in points for i in range(len(model.blocks))], analysis,
                   "attention hook points")
     if weights and not all(hasattr(b.attn, "head_weights") for b in model.blocks):
-        raise UnsupportedModel(f"{analysis} needs per-head attention weights (blocks.{{i}}.attn.head_weights()); "
+        raise UnsupportedModel(f"{public_name(analysis)} needs per-head attention weights (blocks.{{i}}.attn.head_weights()); "
                                f"got {a_model(model)} without them")
 
 
@@ -90,7 +114,7 @@ def require_modules(model, names: Iterable[str], analysis: str, what: str = "") 
     missing = [n for n in names if getattr(model, n, None) is None]
     if missing:
         why = f" ({what})" if what else ""
-        raise UnsupportedModel(f"{analysis} needs model.{', model.'.join(missing)}{why}; got {a_model(model)} without")
+        raise UnsupportedModel(f"{public_name(analysis)} needs model.{', model.'.join(missing)}{why}; got {a_model(model)} without")
 
 
 def require_transformer(model, analysis: str, points: Iterable[str] = (), weights: bool = False) -> None:
@@ -98,6 +122,6 @@ def require_transformer(model, analysis: str, points: Iterable[str] = (), weight
     ``attention_bias``, ``tok_emb``, ``unembed``, ``ln_final``): analyses that recompute parts of its forward."""
     require_attention(model, analysis, points, weights)
     if getattr(model, "family", None) != "transformer" or not hasattr(model, "attention_bias"):
-        raise UnsupportedModel(f"{analysis} needs a dlmlab Transformer (it recomputes the attention scores / "
+        raise UnsupportedModel(f"{public_name(analysis)} needs a dlmlab Transformer (it recomputes the attention scores / "
                                f"OV paths from the config); got {a_model(model)}")
     require_modules(model, ("tok_emb", "unembed", "ln_final"), analysis)

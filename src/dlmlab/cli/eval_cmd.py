@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                "(default: 128, or the model's max positions if fewer)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per batch, not for `dlmlab train` runs (8)")
     p.add_argument("--batches", type=int, default=8, help="batches evaluated, not for `dlmlab train` runs (8)")
+    p.add_argument("--step", type=int, metavar="N",
+                   help="evaluate checkpoint N of the run folder (default: the latest; see the steps a run keeps "
+                        "in RUN/checkpoints/)")
 
 
 def _eval_loaded(args: argparse.Namespace) -> dict:
@@ -41,7 +44,7 @@ def _eval_loaded(args: argparse.Namespace) -> dict:
     if p.is_dir() and not any((p / f).exists() for f in ("config.json", "model.json", "checkpoints", "state.json")):
         raise UserError(f"{p} is not a dlmlab run directory or a Hugging Face model folder (no config.json, "
                         "model.json or checkpoints/); give a folder written by `dlmlab train` or a Hugging Face folder")
-    run = load(p)
+    run = load(p, step=args.step)
     if run.tokenizer is None:
         raise UserError(f"{args.run_dir} has no tokenizer, so the text cannot be encoded")
     if run.objective not in ("ar", "mdlm"):
@@ -69,7 +72,14 @@ def run(args: argparse.Namespace) -> int:
     if not has_run_config(Path(args.run_dir)):
         print(json.dumps(_eval_loaded(args)))
         return 0
-    model, cfg, tok = load_run(args.run_dir)
+    path = Path(args.run_dir)
+    if args.step is not None:
+        from dlmlab.loading import step_checkpoint
+
+        if path.parent.name == "checkpoints":
+            raise UserError(f"{path} is a checkpoint folder; --step picks a checkpoint of a run folder (give the run)")
+        path = step_checkpoint(path, args.step)
+    model, cfg, tok = load_run(path)
     if args.source:
         cfg.data.source = args.source
     stream, _ = load_corpus(cfg.data, tok)

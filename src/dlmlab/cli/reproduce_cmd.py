@@ -1,10 +1,14 @@
-"""dlmlab reproduce STUDY --preset {smoke,cpu,paper} --out DIR"""
+"""dlmlab reproduce STUDY --preset {smoke,cpu,paper} --out DIR
+
+One study writes DIR/results.json, DIR/report.md, DIR/figures/ and DIR/report.html (the page ``reproduce all``
+writes, with this study alone); ``all`` writes DIR/<study>/ per study and one DIR/report.html."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from dlmlab import outdir, studies
@@ -56,11 +60,29 @@ def _run(args: argparse.Namespace, out: Path) -> int:
         print(f"report: {path}")
         return 0
     study = studies.load_study(args.study)
+    started = time.time()
     study.run(args.preset, out, progress=not args.no_progress)
     if is_main_process():  # under torchrun every rank runs the study; rank 0 wrote the files
+        page = _write_html(args.study, study, args.preset, out, time.time() - started)
+        print(f"html report: {page}")
         print(_claims_line(out))
         print(f"results: {out / 'results.json'}\nreport: {out / 'report.md'}")
     return 0
+
+
+def _write_html(name: str, study, preset: str, out: Path, wall_time_s: float) -> Path:
+    """``out/report.html`` for one study: the page ``reproduce all`` writes, with this study alone."""
+    from dlmlab.report.claims import count_verdicts
+    from dlmlab.report.html import write_report
+    from dlmlab.report.results import load_results
+    from dlmlab.studies.all import full_environment
+
+    claims = load_results(out).get("claims") or []
+    meta = {"name": name, "title": getattr(study, "TITLE", name), "status": "ran", "wall_time_s": wall_time_s,
+            "claims_hold": sum(1 for c in claims if c.get("holds") is True), "claims_total": len(claims),
+            "claims_verdicts": count_verdicts(claims)}
+    manifest = {"preset": preset, "updated": time.time(), "studies": {name: meta}, "environment": full_environment()}
+    return write_report(out, manifest, title=f"dlmlab: {meta['title']}", dirs={name: out})
 
 
 def _claims_line(out: Path) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -53,7 +54,12 @@ examples:
 MASK_SPAN = re.compile(r"\[MASK(?::(\d+))?\]")
 
 
+DESCRIPTION = ("sample text from a run: masked-diffusion decoding for an mdlm model (orders, blocks, caches, "
+               "infilling, the trajectory page), left-to-right sampling for an AR model of any family")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = DESCRIPTION
     p.epilog = EPILOG
     p.add_argument("run", metavar="RUN_OR_CHECKPOINT",
                    help="a run folder, one of its checkpoints, or a Hugging Face LLaDA / Dream folder")
@@ -188,23 +194,64 @@ def build_canvas(tok, mask_id: int, args) -> tuple[list[int], int, str]:
     return ids + [mask_id] * args.gen_len, len(ids), text
 
 
+def check_output_path(path: str | None, option: str) -> None:
+    """Refuse, before any decoding, an output path that cannot be written: a folder, or a file in a folder that
+    does not exist (the samples would be lost at the end)."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        example = p / ("samples.jsonl" if option == "--out" else "trajectory.html")
+        raise UserError(f"{option} {p} is a folder; give a file name, e.g. {option} {example}")
+    if not p.parent.is_dir():
+        raise UserError(f"{option} {p}: the folder {p.parent} does not exist; create it first (mkdir -p {p.parent})")
+
+
+def trained_length(loaded) -> int | None:
+    """The window length (``data.seq_len``) a ``dlmlab train`` run was trained on, else None."""
+    import json
+
+    from dlmlab.loading import has_run_config
+
+    src = Path(loaded.source)
+    run = src.parent.parent if src.parent.name == "checkpoints" else src
+    if not has_run_config(src):
+        return None
+    try:
+        seq_len = json.loads((run / "config.json").read_text(encoding="utf-8")).get("data", {}).get("seq_len")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return seq_len if isinstance(seq_len, int) else None
+
+
+def _warn_length(loaded, total: int) -> None:
+    trained = trained_length(loaded)
+    if trained is not None and total > trained:
+        print(f"warning: prompt + generated = {total} tokens, longer than the {trained}-token windows this model "
+              f"was trained on (data.seq_len); positions past {trained} were never trained", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from dlmlab import load
 
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
+    check_output_path(args.out, "--out")
+    check_output_path(args.html, "--html")
     cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule,
                        noise=noise_schedule(args.noise, None), threshold=args.threshold, factor=args.factor,
                        block_len=args.block_len, attention=args.attention, cache=args.cache,
                        refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
     loaded = load(args.run, step=args.step)
+    page = None
     if loaded.objective == "ar":
         rows = _sample_ar(loaded, args)
     else:
-        rows = _sample_diffusion(loaded, cfg, args)
+        rows, page = _sample_diffusion(loaded, cfg, args)
+    for r in rows:  # every row says what made it
+        r.update({"model": str(args.run), "step": loaded.step, "family": loaded.family,
+                  "objective": loaded.objective or "mdlm"})
     lines = [strict_json(r) for r in rows]
-    if args.out:
-        atomic_write_text(Path(args.out), "\n".join(lines) + "\n")
     if args.format == "jsonl":
         print("\n".join(lines))
     else:
@@ -212,6 +259,11 @@ def run(args: argparse.Namespace) -> int:
             label = f" (approximate: cache {r['cache']})" if r.get("exactness") == "approximate" else ""
             print(f"--- sample {r['index']}{label} ---")
             print(r["full"])
+    sys.stdout.flush()  # the samples are shown before any file is written
+    if args.out:
+        atomic_write_text(Path(args.out), "\n".join(lines) + "\n")
+    if page is not None:
+        page()
     return 0
 
 
@@ -222,6 +274,7 @@ def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
     canvas, P, prompt_text = build_canvas(tok, mask_id, args)
     if limit is not None and len(canvas) > limit:
         raise UserError(f"prompt + generated = {len(canvas)} tokens exceeds the model's max_seq_len {limit}")
+    _warn_length(loaded, len(canvas))
     gen = torch.Generator().manual_seed(args.seed)
     rows, records, first = [], [], None
     with torch.no_grad():
@@ -237,9 +290,8 @@ def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
                              "full": show_text(tok, ids, mask_id), "filled_ids": filled, "steps": res.steps,
                              "forwards": res.forwards, "cache": res.cache, "exactness": res.exactness,
                              "config": cfg.to_data()})
-    if args.html:
-        _write_html(args, records, first, P, mask_id, tok, cfg)
-    return rows
+    page = (lambda: _write_html(args, records, first, P, mask_id, tok, cfg)) if args.html else None
+    return rows, page
 
 
 def _write_html(args, records, canvas: torch.Tensor, P: int, mask_id: int, tok, cfg: DecodeConfig) -> None:
@@ -265,6 +317,9 @@ def _sample_ar(loaded, args) -> list[dict]:
         raise UserError("--html shows a denoising trajectory; this is an AR model (sampled left to right)")
     if args.infill is not None:
         raise UserError(f"{args.run} holds an AR model, which cannot fill --infill spans; use --prompt")
+    if args.cache != DecodeConfig().cache:
+        raise UserError(f"--cache {args.cache} is a masked-diffusion decoding cache; {args.run} holds an AR model, "
+                        "which is KV-cached whenever it can be (no option needed)")
     if loaded.tokenizer is None:
         raise UserError(f"{args.run} has no tokenizer, so prompts cannot be encoded")
     if args.gen_len < 1:
@@ -285,6 +340,7 @@ def _sample_ar(loaded, args) -> list[dict]:
     limit = _limit(loaded.model)
     if limit is not None and len(ids) + args.gen_len > limit:
         raise UserError(f"prompt + generated = {len(ids) + args.gen_len} tokens exceeds the model's max_seq_len {limit}")
+    _warn_length(loaded, len(ids) + args.gen_len)
     cached = supports_kv_cache(loaded.model)
     gen = torch.Generator().manual_seed(args.seed)
     rows = []

@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start over even if DIR holds a run (its files are moved to DIR/previous-<time>/)")
     p.add_argument("--steps", type=int, metavar="M",
                    help="override train.steps (total steps); on a run folder, extends the run to M steps")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (train.progress: false)")
 
 
 def extend_run(out: Path, cfg: RunConfig) -> bool:
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = as_factory_builds(cfg, args.config, args.out, resume=not args.no_resume)
     if args.steps is not None:  # replace() checks the changed config again
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=args.steps))
+    if args.no_progress:  # train.progress may differ on resume (it does not change the result)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, progress=False))
     with outdir.locked(args.out, "dlmlab train"), outdir.write_errors(args.out):
         if args.steps is not None and not args.no_resume:  # (a config file with other steps stays an error)
             extend_run(Path(args.out), cfg)

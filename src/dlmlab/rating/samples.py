@@ -96,11 +96,13 @@ _SAMPLE_CLI_FIELDS = ("objective", "family", "step", "cache", "config")
 
 def sample_cli_methods(rows: list[tuple[str, dict]], several_files: bool) -> list[str]:
     """Method names for ``dlmlab sample`` records ``(file name, record)``: the decoding settings (``config``,
-    ``objective``, ``family``, ``step``, ``cache``) whose values differ among the records, as ``key=value``
-    joined by spaces; with several files the file name (without ``.jsonl``) comes first.  Records that
+    ``objective``, ``family``, ``step``, ``cache``) that every record has and whose values differ among them,
+    as ``key=value`` joined by spaces; with several files the file name (without ``.jsonl``) comes first.  Records that
     differ in nothing get the file name, or ``sample`` for one file."""
     flats = [_flat({k: r[k] for k in _SAMPLE_CLI_FIELDS if k in r}) for _, r in rows]
-    keys = list(dict.fromkeys(k for f in flats for k in f))
+    # settings every record has (an AR record's few settings against a diffusion record's many would otherwise
+    # make every diffusion-only setting "differ", as None)
+    keys = [k for k in dict.fromkeys(k for f in flats for k in f) if all(k in f for f in flats)]
     varying = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
     names = []
     for (name, _), f in zip(rows, flats):

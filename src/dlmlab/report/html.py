@@ -1,4 +1,4 @@
-"""One self-contained ``report.html`` for an ``all`` run: figures embedded as base64 PNG, inline CSS,
+"""One self-contained ``report.html`` for an ``all`` run (or one study's run, ``reproduce STUDY``): figures embedded as base64 PNG, inline CSS,
 no scripts and no external resources.
 
 Input is the manifest of :mod:`dlmlab.studies.all` (``{"preset", "studies": {name: {...}}, "environment"}``)
@@ -293,7 +293,10 @@ def _environment(env: dict) -> str:
     return f'<table class="environment"><tbody>{rows}</tbody></table>'
 
 
-def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction of the four studies") -> str:
+def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction of the four studies",
+                  dirs: dict[str, Path] | None = None) -> str:
+    """The page; each study's files are read from ``dirs[name]`` (default ``out/<name>``, as ``reproduce all``
+    lays them out; ``reproduce STUDY`` writes them into ``out`` itself)."""
     studies = manifest.get("studies") or {}
     preset = manifest.get("preset", "?")
     stamp = _dt.datetime.fromtimestamp(manifest.get("updated") or 0).strftime("%Y-%m-%d %H:%M")
@@ -316,7 +319,7 @@ def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction 
         "over the stated number of seeds; random controls are judged by a permutation p-value over at least "
         "200 draws.</p>",
     ]
-    body += [_safe_section(n, m, out / n) for n, m in studies.items()]
+    body += [_safe_section(n, m, (dirs or {}).get(n, out / n)) for n, m in studies.items()]
     body.append('<section id="environment"><h2>Environment</h2>')
     body.append(_environment(manifest.get("environment") or {}))
     body.append("<h3>Wall time per study</h3>" + _summary(studies) + "</section>")
@@ -329,9 +332,11 @@ def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction 
     )
 
 
-def write_report(out: str | Path, manifest: dict) -> Path:
-    """Write ``out/report.html`` atomically; returns its path."""
+def write_report(out: str | Path, manifest: dict, title: str | None = None,
+                 dirs: dict[str, Path] | None = None) -> Path:
+    """Write ``out/report.html`` atomically; returns its path (``title`` / ``dirs``: see :func:`render_report`)."""
     out = Path(out)
     path = out / "report.html"
-    atomic_write_text(path, render_report(out, manifest))
+    kw = {"title": title} if title is not None else {}
+    atomic_write_text(path, render_report(out, manifest, dirs=dirs, **kw))
     return path

@@ -70,9 +70,16 @@ def _corrupt(path: Path, e: Exception) -> CheckpointError:
 
 
 def _fall_back(ck: Path) -> str:
-    """What to do about a bad checkpoint folder ``ck``."""
-    return (f"delete {ck} and {ck.parent / 'latest.json'} to fall back to an earlier checkpoint, "
-            f"or start over with --no-resume")
+    """What to do about a bad checkpoint folder ``ck``: in a run's ``checkpoints/``, fall back to an earlier one
+    (naming only files that exist); a checkpoint folder on its own has nothing to fall back to."""
+    if ck.parent.name != "checkpoints":
+        return f"{ck} is a checkpoint folder on its own, with no earlier checkpoint beside it: copy it again from its source"
+    latest = ck.parent / "latest.json"
+    others = [p.name for _, p in list_checkpoints(ck.parent.parent) if p != ck]
+    delete = f"{ck} and {latest}" if latest.is_file() else f"{ck}"
+    earlier = f" ({others[-1]})" if others else " (there is none: training then starts over)"
+    return (f"delete {delete} to fall back to the checkpoint before it{earlier}; `dlmlab train ... --no-resume` "
+            "starts the run over instead")
 
 
 def load_optimizer(opt: torch.optim.Optimizer, path: Path, meta: dict) -> None:
@@ -205,6 +212,28 @@ def _shape_mismatches(model: torch.nn.Module, shapes: dict[str, tuple]) -> list[
             if k in shapes and tuple(shapes[k]) != tuple(v.shape)]
 
 
+def _names(what: str, keys: list[str]) -> str:
+    """``missing 2 weights (blocks.0.attn.W_q.weight, blocks.0.attn.W_k.weight)``: the count first, every name."""
+    if not keys:
+        return f"no {what} weights"
+    return f"{what} {len(keys)} weight{'s' if len(keys) > 1 else ''} ({', '.join(keys)})"
+
+
+def _check_family(path: Path, model: torch.nn.Module) -> None:
+    """One sentence when the checkpoint's ``model.json`` names another model family than ``model``'s."""
+    card = path / "model.json"
+    mine = getattr(model, "family", None)
+    if mine is None or not card.is_file():
+        return
+    try:
+        theirs = json.loads(card.read_text(encoding="utf-8")).get("family")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(theirs, str) and theirs != mine:
+        raise CheckpointError(f"{path} holds a {theirs} model, and this model is a {mine}: load it with "
+                              f"dlmlab.load({str(path)!r}), which builds the model it holds")
+
+
 def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer | None = None) -> dict:
     """Load weights (and optimizer) from checkpoint dir ``path``; returns its state.json."""
     path = Path(path)
@@ -216,6 +245,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except (SafetensorError, OSError, RuntimeError, ValueError) as e:
         raise _corrupt(mfile, e) from None
+    _check_family(path, model)
     bad = _shape_mismatches(model, shapes)
     if bad:
         raise CheckpointError(f"weights in {mfile} do not fit this model: {len(bad)} shape mismatch(es): "
@@ -227,8 +257,8 @@ def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     except RuntimeError as e:
         raise CheckpointError(f"weights in {mfile} do not fit this model: {' '.join(str(e).split())}") from None
     if missing or unexpected:
-        raise CheckpointError(f"weights in {mfile} do not fit this model: missing {sorted(missing)}, "
-                              f"unexpected {sorted(unexpected)}")
+        raise CheckpointError(f"weights in {mfile} do not fit this model: {_names('missing', sorted(missing))}, "
+                              f"{_names('unexpected', sorted(unexpected))}")
     try:
         state = json.loads((path / "state.json").read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -269,6 +269,18 @@ def config_differences(old: dict, new: dict) -> list[str]:
     return diffs
 
 
+def config_mismatch(out: Path, old: dict, cfg: "RunConfig", diffs: list[str]) -> str:
+    """The one-line error for resuming ``out`` with another config: another family in one sentence, else the
+    differing fields first, then their values."""
+    family = (old.get("model") or {}).get("family", "transformer") if isinstance(old.get("model"), dict) else None
+    hint = "use another --out, or --no-resume to start over (the earlier run is moved aside, not deleted)"
+    if family is not None and family != cfg.family:
+        return f"{out} holds a {family} run and this config trains a {cfg.family}; {hint}"
+    fields = [d.split(":", 1)[0] for d in diffs]
+    return (f"{out} holds a run with a different config, in {', '.join(fields)}; resume with the same config, "
+            f"or {hint} ({'; '.join(diffs)})")
+
+
 def _card_noise(cfg: RunConfig) -> dict:
     """``{"noise": schedule}`` for :func:`train` (recorded in ``model.json``); mdlm runs only."""
     return {"noise": cfg.noise_schedule} if cfg.objective == "mdlm" else {}
@@ -314,8 +326,7 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
                                   "(the earlier files are moved aside) or another --out") from None
         diffs = config_differences(old if isinstance(old, dict) else {}, run_config_dict(cfg))
         if diffs:
-            raise ConfigError(f"{out} holds a run with a different config ({'; '.join(diffs)}); resume with the "
-                              f"same config, use another --out, or --no-resume to start over (the earlier run is moved aside)")
+            raise ConfigError(config_mismatch(out, old if isinstance(old, dict) else {}, cfg, diffs))
     # Under torchrun only rank 0 fits the tokenizer; the others wait and read it.
     if ctx.is_main:
         stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path) if resuming else None)
@@ -355,10 +366,15 @@ def load_run(path: str | Path) -> tuple[torch.nn.Module, RunConfig, object]:
     if not (p / "config.json").exists():
         raise CheckpointError(f"{p} is not a dlmlab run directory (no config.json)")
     cfg = load_json(RunConfig, p / "config.json", hint="the run directory is damaged: train it again")
-    tokenizer = load_tokenizer(p / "tokenizer.json")
-    model = build_run_model(cfg, tokenizer.vocab_size)
     ck = ck or latest_checkpoint(p)
     if ck is None:
         raise CheckpointError(f"no checkpoint in {p}/checkpoints")
+    # the run's tokenizer, else the copy every checkpoint keeps
+    tok_path = next((d / "tokenizer.json" for d in (p, ck) if (d / "tokenizer.json").is_file()), None)
+    if tok_path is None:
+        raise CheckpointError(f"{p / 'tokenizer.json'} is missing (and {ck} has no copy), so the run's text cannot "
+                              "be encoded; copy the tokenizer.json of the run back into the folder")
+    tokenizer = load_tokenizer(tok_path)
+    model = build_run_model(cfg, tokenizer.vocab_size)
     load_checkpoint(ck, model)
     return model.eval(), cfg, tokenizer

@@ -180,6 +180,8 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
             state = load_checkpoint(ck, model, opt)
             start = int(state["step"])
             history = _read_metrics(metrics_path, start)
+            if ctx.is_main:  # said once the checkpoint has loaded (a damaged one is the only line)
+                print(f"resuming the run in {out} from step {start} of {cfg.steps} ({ck.name})", file=sys.stderr)
         if ctx.is_main:  # rewrite metrics so rows after the checkpoint (from a killed run) vanish
             atomic_write_text(metrics_path, "".join(strict_json(r) + "\n" for r in history))
             if card is not None:
