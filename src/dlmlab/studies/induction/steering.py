@@ -279,3 +279,71 @@ def steering_figure(res: SteeringResult, out_dir) -> dict:
                        "threshold decoding (one line per prompt). Middle, right: change in per-step entropy and in "
                        "tokens committed per step when the mask-rate direction is added (+) or removed (-), against "
                        "random directions of the same norm.")
+
+
+def run_on_recipe(out, preset: str = "cpu", depth: int = 2, steps: int | None = None, n_random: int = MIN_RANDOM,
+                  n_prompts: int = 32, threshold: float = 0.9, progress: bool = True):
+    """Train the induction study's DLM (``preset``'s recipe, depth ``depth``, ``steps`` training steps: the preset's
+    by default, the curriculum's text phase capped to fit) and run :func:`run_steering` on held-out rows drawn as
+    the study draws its probe rows; writes ``out/results.json``, ``out/report.md`` and the figure.  Returns the
+    :class:`~dlmlab.report.results.StudyResult`."""
+    import dataclasses
+    import time
+    from pathlib import Path
+
+    from dlmlab.report.results import StudyResult, write_study
+    from dlmlab.studies.induction.presets import PRESETS
+    from dlmlab.studies.induction.train import load_data, train_model
+    from dlmlab.tasks.repeated import mixed_batch
+
+    t0 = time.time()
+    p = PRESETS[preset]
+    if steps is not None:
+        p = dataclasses.replace(p, steps=steps, text_steps=min(p.text_steps, max(0, steps * 3 // 4)), ckpt_every=0)
+    p = dataclasses.replace(p, depths=[depth])
+    torch.set_num_threads(max(1, p.threads))
+    data = load_data(p)
+    model, _ = train_model(p, data, depth, "dlm", None, progress=progress)
+    model.eval()
+    rows = mixed_batch(data.val_ids, p.probe_seqs, p.seq_len, p.p_repeated, data.lo, data.hi,
+                       torch.Generator().manual_seed(p.seed + 2), p.min_half)
+    res = run_steering(model, data.vocab.mask_id, rows, t_range=(p.t_min, p.t_max), n_random=n_random,
+                       n_prompts=n_prompts, threshold=threshold, seed=p.seed, progress=progress)
+    out = Path(out)
+    fig = steering_figure(res, out)
+    result = StudyResult("mask_rate_steering", preset, {**dataclasses.asdict(p), "n_random": n_random,
+                                                        "n_prompts": n_prompts, "threshold": threshold},
+                         results=res.to_dict(), tables=steering_tables(res), figures=[fig],
+                         claims=[steering_claim(res)], wall_time_s=time.time() - t0,
+                         setup=f"induction DLM L{depth} ({preset} recipe, {p.steps} steps), mask-rate reader at "
+                               f"{res.point}, threshold decoding {threshold}, {n_prompts} prompts, {n_random} random "
+                               "directions")
+    write_study(out, result, "Steering the implicit timestep during decoding")
+    return result
+
+
+def main(argv=None) -> int:
+    """``python -m dlmlab.studies.induction.steering --out DIR [--preset cpu] [--steps N] [--depth 2]``."""
+    import argparse
+
+    from dlmlab.report.results import markdown_table
+
+    ap = argparse.ArgumentParser(prog="python -m dlmlab.studies.induction.steering", description=main.__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--depth", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--n-random", type=int, default=MIN_RANDOM)
+    ap.add_argument("--n-prompts", type=int, default=32)
+    ap.add_argument("--threshold", type=float, default=0.9)
+    a = ap.parse_args(argv)
+    r = run_on_recipe(a.out, a.preset, a.depth, a.steps, a.n_random, a.n_prompts, a.threshold)
+    for t in r.tables:
+        print(markdown_table(t), "\n")
+    c = r.claims[0]
+    print(f"claim {c.id}: {c.judgement.label()}" + (f" ({c.detail})" if c.detail else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
