@@ -58,3 +58,27 @@ def jump_step(curve: list[tuple[int, float]], baseline: float | None = None) -> 
         mid = next(s for s, v in curve if v >= half)
     return {"largest_increase": float(best[0]), "largest_increase_step": best[1] if best[0] > 0 else None,
             "midpoint_step": mid, "start": float(start), "max": float(top), "final": float(vals[-1])}
+
+
+def rise_width(curve: list[tuple[int, float]], lo: float = 0.1, hi: float = 0.9, baseline: float | None = None) -> dict:
+    """How abruptly a rising curve rises: the steps at which it first reaches ``lo`` and ``hi`` of the way from its
+    start (or ``baseline``) to its maximum, and their distance.
+
+    ``width`` = step_hi - step_lo (0 when one checkpoint interval holds the whole rise; a resolution of one
+    checkpoint interval, ``resolution``); ``None`` values when the curve never rises.  [(step, value)] -> dict.
+    """
+    if not curve:
+        raise ValueError("empty curve")
+    if not 0 <= lo < hi <= 1:
+        raise ValueError(f"need 0 <= lo < hi <= 1, got {lo}, {hi}")
+    steps = [s for s, _ in curve]
+    start = curve[0][1] if baseline is None else baseline
+    top = max(v for _, v in curve)
+    res = min((b - a for a, b in zip(steps, steps[1:])), default=None)
+    if top <= start:
+        return {"step_lo": None, "step_hi": None, "width": None, "lo": lo, "hi": hi, "resolution": res,
+                "start": float(start), "max": float(top)}
+    first = lambda f: next(s for s, v in curve if v >= start + f * (top - start))  # noqa: E731
+    a, b = first(lo), first(hi)
+    return {"step_lo": a, "step_hi": b, "width": b - a, "lo": lo, "hi": hi, "resolution": res,
+            "start": float(start), "max": float(top)}

@@ -18,6 +18,17 @@ A pre-norm sublayer reads ``y = N(x) W^T + c`` with ``N(x) = w * P x / sigma(x) 
     :func:`freeze_norm_scales` gives the reference model with the frozen scale (the fold equals it
     to round-off) and :func:`fold_gap` measures both against the original.
 
+    ``norm_scales(model, tokens, per_position=True)`` freezes one scale *per position* instead
+    (``s_t``, the mean over the reference rows at position t): the usual linearisation when the
+    residual norm grows along the sequence (a causal model's early positions, a DLM's masked ones).
+    The reading weights then get the mean scale ``s = mean_t s_t`` exactly as above and the norm is
+    replaced by :class:`PositionScale`, which multiplies position t by ``s / s_t`` (a fixed diagonal
+    map per position, so every sublayer input is still linear in the residual stream).  A single
+    constant loses most of a trained model's accuracy (the issue-27 measurements in
+    docs/induction.md); per position it keeps it far better.  Weight-based analyses (composition
+    scores, which are ratios of norms) do not depend on which scale is frozen: they read the same
+    folded weights up to a scalar.
+
 Norm scales have one implementation, in :mod:`dlmlab.models.norm_scale`: :func:`norm_scale` (the
 per-token ``sigma``, as the norm computes it) and :func:`scale_like_norm` (``w * P x / sigma`` for a
 given sigma, used by :meth:`dlmlab.cache.ActivationCache.apply_ln_to_stack`).
@@ -74,11 +85,85 @@ def _site_name(model, owner, attr: str) -> str:
     return f"blocks.{list(model.blocks).index(owner)}.{attr}"
 
 
+TOKEN_CLASS = "_token_class"  # key of norm_scales' dict: the token id whose positions get their own scales
+
+
+class _PerPosition(nn.Module):
+    """A table [T] (per position) or [2, T] (row 1 at positions holding the token ``class_id``, row 0 elsewhere),
+    looked up for an input [B, T, D]; the token class of the current input is set by :func:`_track_token_class`."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("table", table.detach().clone())
+        self.is_class: torch.Tensor | None = None  # [B, T] bool, set before each forward
+
+    def lookup(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, 1] (or [T, 1]) values for the positions of x."""
+        T = x.shape[-2]
+        if T > self.table.shape[-1]:
+            raise UserError(f"the frozen per-position norm scales cover {self.table.shape[-1]} positions; "
+                            f"this input has {T}")
+        if self.table.ndim == 1:
+            return self.table[:T, None].to(x.dtype)
+        if self.is_class is None or self.is_class.shape[-1] != T:
+            raise UserError("per-token-class frozen scales need the model's input tokens (call the model itself)")
+        t = torch.where(self.is_class, self.table[1, :T], self.table[0, :T])
+        return t[..., None].to(x.dtype)
+
+
+class PositionScale(_PerPosition):
+    """``x * factor[t]`` at position t (``factor`` [T], or [2, T] by token class): a frozen per-position norm scale
+    relative to the one folded into the weights."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.lookup(x)
+
+
+class PositionFrozenNorm(_PerPosition):
+    """The reference of a per-position frozen scale: ``w * P x / s[t] + b`` (``s`` [T] or [2, T])."""
+
+    def __init__(self, norm: nn.Module, scale: torch.Tensor) -> None:
+        super().__init__(scale)
+        w, b, center, _ = norm_params(norm)
+        self.register_buffer("weight", None if w is None else w.detach().clone())
+        self.register_buffer("bias", None if b is None else b.detach().clone())
+        self.center = center
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.center:
+            x = x - x.mean(-1, keepdim=True)
+        y = x / self.lookup(x)
+        if self.weight is not None:
+            y = y * self.weight
+        return y + self.bias if self.bias is not None else y
+
+
+def _track_token_class(model: nn.Module, class_id: int) -> None:
+    """Before each forward of ``model`` tell its per-position scale tables which positions hold ``class_id``."""
+    tables = [m for m in model.modules() if isinstance(m, _PerPosition) and m.table.ndim == 2]
+
+    def pre(mod, args, kwargs):
+        tokens = args[0] if args else kwargs.get("tokens")
+        for t in tables:
+            t.is_class = tokens == class_id
+
+    if tables:
+        model.register_forward_pre_hook(pre, with_kwargs=True)
+
+
 @torch.no_grad()
-def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, float]:
-    """Mean per-token scale (:func:`norm_scale`) of each norm's input on ``tokens``, by norm name
-    (``blocks.{i}.ln1|ln2|norm``, ``ln_final``); models without norms to fold raise a :class:`UserError`."""
-    seen: dict[str, float] = {}
+def norm_scales(model, tokens: torch.Tensor, per_position: bool = False, token_class: int | None = None,
+                **forward_kwargs) -> dict:
+    """Mean per-token scale (:func:`norm_scale`) of each norm's input on ``tokens`` [B, T], by norm name
+    (``blocks.{i}.ln1|ln2|norm``, ``ln_final``): a float, or with ``per_position`` a tensor [T] (the mean over
+    the rows at each position), or with ``token_class`` (e.g. a DLM's mask id; needs ``per_position``) a tensor
+    [2, T]: row 1 the mean at positions holding that token, row 0 elsewhere (a position never holding it: row
+    0's value); the dict then also holds ``TOKEN_CLASS: token_class``.  Models without norms to fold raise a
+    :class:`UserError`."""
+    if token_class is not None and not per_position:
+        raise ValueError("token_class scales are per position: pass per_position=True")
+    seen: dict = {} if token_class is None else {TOKEN_CLASS: int(token_class)}
+    is_class = None if token_class is None else (tokens == token_class).cpu()
     handles = []
     for owner, attr, _ in _norm_sites(model):
         norm = getattr(owner, attr)
@@ -88,7 +173,14 @@ def norm_scales(model, tokens: torch.Tensor, **forward_kwargs) -> dict[str, floa
         key = _site_name(model, owner, attr)
 
         def hook(mod, inp, out, key=key):
-            seen[key] = float(norm_scale(mod, inp[0]).mean())
+            sig = norm_scale(mod, inp[0]).cpu()  # [B, T]
+            if is_class is None:
+                seen[key] = sig.mean(0) if per_position else float(sig.mean())
+                return
+            n1 = is_class.sum(0)
+            other = (sig * ~is_class).sum(0) / (~is_class).sum(0).clamp(min=1)
+            cls = torch.where(n1 > 0, (sig * is_class).sum(0) / n1.clamp(min=1), other)
+            seen[key] = torch.stack([other, cls])
 
         handles.append(norm.register_forward_hook(hook))
     try:
@@ -200,8 +292,9 @@ def _center_writing_weights(model) -> None:
 
 
 # -- the frozen-scale linearisation ------------------------------------------------------------------
-def freeze_norm_scales(model, scales: dict[str, float]) -> nn.Module:
-    """Copy of ``model`` whose norms divide by the constant ``scales[name]`` instead of the per-token scale."""
+def freeze_norm_scales(model, scales: dict) -> nn.Module:
+    """Copy of ``model`` whose norms divide by the constant ``scales[name]`` (a float, or [T] per position:
+    :class:`PositionFrozenNorm`) instead of the per-token scale."""
     frozen = copy.deepcopy(model)
     for owner, attr, _ in list(_norm_sites(frozen)):
         norm = getattr(owner, attr)
@@ -210,17 +303,38 @@ def freeze_norm_scales(model, scales: dict[str, float]) -> nn.Module:
         name = _site_name(frozen, owner, attr)
         if name not in scales:
             raise MissingScale(f"no frozen scale for norm {name!r}; compute them with norm_scales(model, tokens)")
+        if torch.is_tensor(scales[name]) and scales[name].ndim >= 1:
+            setattr(owner, attr, PositionFrozenNorm(norm, scales[name].to(_param_of(norm))))
+            continue
         w, b, center, _ = norm_params(norm)
         if w is None:
             w = torch.ones(norm.normalized_shape[-1])
-        setattr(owner, attr, FrozenScaleNorm(w, b, scales[name], center))
+        setattr(owner, attr, FrozenScaleNorm(w, b, float(scales[name]), center))
+    if TOKEN_CLASS in scales:
+        _track_token_class(frozen, scales[TOKEN_CLASS])
     return frozen
 
 
+def _param_of(norm: nn.Module) -> torch.Tensor:
+    """A tensor with the norm's dtype and device (for buffers built beside it)."""
+    return next(iter(norm.parameters()), torch.zeros(()))
+
+
+def _split_scale(scale) -> tuple[float, torch.Tensor | None]:
+    """A frozen scale -> (the constant folded into the weights: the mean of a table, per-position factors
+    s / s_t (same shape as the table) or None)."""
+    if torch.is_tensor(scale) and scale.ndim >= 1:
+        s = scale.double()
+        mean = float(s.mean())
+        return mean, (mean / s)
+    return float(scale), None
+
+
 @torch.no_grad()
-def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
+def fold_ln_frozen_scale(model, scales: dict) -> nn.Module:
     """Copy of ``model`` *linearised by freezing each norm's scale* to ``scales[name]``
-    (:func:`norm_scales`), the norm then folded into the linear layers after it and replaced by identity.
+    (:func:`norm_scales`), the norm then folded into the linear layers after it and replaced by identity
+    (per-position scales [T]: by :class:`PositionScale`, the factor s_mean / s_t at position t).
 
     Not the same function as the original: the per-token scale becomes a constant (see
     :func:`fold_gap`; :func:`fold_ln` is the exact fold).  The unembedding is untied from the token
@@ -241,7 +355,8 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
             w = torch.ones(D)
         eye = torch.eye(D, dtype=w.dtype, device=w.device)
         P = eye - 1.0 / D if center else eye
-        fold_t = (w[:, None] * P) / scales[name]  # (P diag(w) / s)^T: x -> x P diag(w) / s, so W' = W fold_t
+        s, per_pos = _split_scale(scales[name])
+        fold_t = (w[:, None] * P) / s  # (P diag(w) / s)^T: x -> x P diag(w) / s, so W' = W fold_t
         for lin_owner, lin_attr in readers:
             lin = _with_bias(getattr(lin_owner, lin_attr))
             W = lin.weight.data.clone()  # [out, D]
@@ -249,7 +364,9 @@ def fold_ln_frozen_scale(model, scales: dict[str, float]) -> nn.Module:
                 lin.bias.data += W @ b
             lin.weight.data = W @ fold_t.to(W.dtype)
             setattr(lin_owner, lin_attr, lin)
-        setattr(owner, attr, nn.Identity())
+        setattr(owner, attr, nn.Identity() if per_pos is None else PositionScale(per_pos.to(w.dtype).to(w.device)))
+    if TOKEN_CLASS in scales:
+        _track_token_class(folded, scales[TOKEN_CLASS])
     _replace_cfg(folded, norm="none", bias=True, tie_embeddings=False)
     return folded
 

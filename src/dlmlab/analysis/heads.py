@@ -101,3 +101,11 @@ def previous_token_scores(model, tokens: torch.Tensor, **kw) -> torch.Tensor:
 def next_token_scores(model, tokens: torch.Tensor, **kw) -> torch.Tensor:
     """[L, H] attention to the next position (only possible with a non-causal mask)."""
     return offset_scores(model, tokens, +1, **kw)
+
+
+def local_offset_scores(model, tokens: torch.Tensor, radius: int = 2, **kw) -> dict[int, torch.Tensor]:
+    """{offset: [L, H] :func:`offset_scores`} for every offset in +-1 .. +-``radius`` (the local context of a
+    position); a head attends locally when one of them (or their sum) is large."""
+    if radius < 1:
+        raise ValueError(f"radius must be >= 1, got {radius}")
+    return {o: offset_scores(model, tokens, o, **kw) for r in range(1, radius + 1) for o in (-r, r)}

@@ -177,16 +177,36 @@ def additivity(gains: dict[str, torch.Tensor]) -> float:
     return float(gains["both"].mean()) / den if den != 0 else float("nan")
 
 
-@torch.no_grad()
 def masked_accuracy(model, rows: InductionRows, mask_id: int) -> float:
     """Fraction of rows whose target is the arg-max (mask token excluded) at the target position."""
+    return float(masked_correct(model, rows, mask_id).mean())
+
+
+@torch.no_grad()
+def masked_correct(model, rows: InductionRows, mask_id: int) -> torch.Tensor:
+    """[N] 1.0 where the row's target is the arg-max (mask token excluded), else 0.0."""
     was = model.training
     model.eval()
     logits = _batched_logits_at(model, rows.noisy, rows.target)
     model.train(was)
     pred = log_probs_no_mask(logits, mask_id).argmax(-1)
     truth = rows.tokens[torch.arange(len(rows.target)), rows.target]
-    return float((pred == truth).float().mean())
+    return (pred == truth).float()
+
+
+def per_sequence(values: torch.Tensor, n_seq: int) -> torch.Tensor:
+    """[N] per-row values of rows built with ``per_seq`` rows per sequence (sequence-major) -> [n_seq] means."""
+    if values.shape[0] % n_seq:
+        raise ValueError(f"{values.shape[0]} rows do not split into {n_seq} sequences")
+    return values.reshape(n_seq, -1).float().mean(1)
+
+
+def dlm_accuracy_per_seq(model, tokens: torch.Tensor, mask_id: int, direction: str, context: str = "both",
+                         per_seq: int = 8, seed: int = 0) -> torch.Tensor:
+    """[B] masked-model induction accuracy of each sequence (its ``per_seq`` targets), the same rows as
+    :func:`dlm_accuracy` (whose value is this vector's mean)."""
+    rows = build_rows(tokens, mask_id, direction, context, per_seq, seed=seed)
+    return per_sequence(masked_correct(model, rows, mask_id), tokens.shape[0])
 
 
 def dlm_accuracy(model, tokens: torch.Tensor, mask_id: int, direction: str, context: str = "both",
@@ -197,9 +217,14 @@ def dlm_accuracy(model, tokens: torch.Tensor, mask_id: int, direction: str, cont
     return masked_accuracy(model, rows, mask_id)
 
 
-@torch.no_grad()
 def ar_accuracy(model, tokens: torch.Tensor, direction: str, chunk: int = 64) -> float:
     """Causal-model next-token accuracy at all targets of ``direction`` (prediction read at k - 1)."""
+    return float(ar_accuracy_per_seq(model, tokens, direction, chunk).mean())
+
+
+@torch.no_grad()
+def ar_accuracy_per_seq(model, tokens: torch.Tensor, direction: str, chunk: int = 64) -> torch.Tensor:
+    """[B] causal-model accuracy of each sequence over all its targets of ``direction`` (read at k - 1)."""
     half = half_len(tokens)
     lo, hi = target_range(half, direction)
     was = model.training
@@ -208,7 +233,7 @@ def ar_accuracy(model, tokens: torch.Tensor, direction: str, chunk: int = 64) ->
     preds = [model(tokens[sl, : hi - 1].to(dev))[:, lo - 1: hi - 1].argmax(-1).cpu()
              for sl in row_chunks(tokens.shape[0], chunk)]
     model.train(was)
-    return float((torch.cat(preds) == tokens[:, lo:hi]).float().mean())
+    return (torch.cat(preds) == tokens[:, lo:hi]).float().mean(1)
 
 
 def dlm_table(model, tokens: torch.Tensor, mask_id: int, per_seq: int = 8, seed: int = 0) -> dict[str, dict[str, float]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from dlmlab.report import StudyResult, Table, write_study
+from dlmlab.report.claims import learned_level
 from dlmlab.report.results import _clean
 from dlmlab.studies.induction import figures as figs
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
@@ -72,20 +73,31 @@ def _tables(models: dict) -> list[Table]:
     heads = Table("Heads: layer-0 previous/next-token heads, top induction head and its ablation",
                   ["model", "prev head", "prev score", "next head", "next score", "induction head", "induction score",
                    "mean-abl drop", "zero-abl drop"], rows)
-    probe_rows = [[k, " / ".join(f"{x:.2f}" for x in models[k]["probe"]["r2"]), models[k]["probe"]["r2_control"][1],
-                   models[k]["probe"]["r2_pooled"][1], models[k]["patch"]["entropy_clean"], models[k]["patch"]["delta"],
-                   models[k]["patch"]["random_p95"]]
-                  for k in keys if "probe" in models[k]]
-    probe = Table("Implicit timestep: mask-rate probe R^2 (embedding, after each block), its controls, and the "
-                  "difference-of-means shift after block 0",
-                  ["model", "held-out R^2 per point", "shuffled-label R^2 (block 0)", "pooled R^2 (block 0)",
-                   "entropy (nats)", "delta entropy", "random shifts p95"], probe_rows)
-    set_rows = [[k, ", ".join("L{}H{}".format(*h) for h in models[k]["induction_set_ablation"]["heads"]) or "none",
-                 models[k]["induction_set_ablation"]["base"], models[k]["induction_set_ablation"]["drop"],
-                 models[k]["induction_set_ablation"]["random_p95"]]
-                for k in keys if "induction_set_ablation" in models[k]]
-    sets = Table("Induction-head set ablation (mean) vs random same-size sets from layers >= 1",
-                 ["model", "induction heads", "base accuracy", "set drop", "random p95"], set_rows)
+    probe_rows = []
+    for k in [k for k in keys if "probe" in models[k]]:
+        pr, full, pt = models[k]["probe"], models[k].get("probe_full_range"), models[k]["patch"]
+        ctl = pt.get("control") or {}
+        probe_rows.append([k, f"[{pr['t_range'][0]}, {pr['t_range'][1]}]", " / ".join(f"{x:.2f}" for x in pr["r2"]),
+                           pr["r2_control"][1], pr["r2_pooled"][1],
+                           " / ".join(f"{x:.2f}" for x in full["r2"]) if full else None,
+                           full["r2_control"][1] if full else None, pt["entropy_clean"], pt["delta"],
+                           pt["random_p95"], len(pt["random_deltas"]), ctl.get("p")])
+    probe = Table("Implicit timestep: mask-rate probe R^2 (embedding, after each block) over the training mask rates "
+                  "and over the full range [0, 1] (the same checkpoint), its controls, and the difference-of-means "
+                  "shift after block 0 against equal-norm random shifts (permutation p)",
+                  ["model", "training rates", "held-out R^2 per point", "shuffled-label R^2 (block 0)",
+                   "pooled R^2 (block 0)", "full range [0, 1]: R^2 per point", "full range: shuffled-label R^2",
+                   "entropy (nats)", "delta entropy", "random shifts p95", "random shifts", "p"], probe_rows)
+    set_rows = []
+    for k in [k for k in keys if "induction_set_ablation" in models[k]]:
+        t = models[k]["induction_set_ablation"]
+        set_rows.append([k, ", ".join("L{}H{}".format(*h) for h in t["heads"]) or "none", t["base"], t["drop"],
+                         t["random_p95"], len(t["random_drops"]), "every other set" if t.get("exhaustive") else
+                         "random", (t.get("control") or {}).get("p"), t.get("min_p")])
+    sets = Table("Induction-head set ablation (mean) vs same-size sets from layers >= 1 (permutation p; with few "
+                 "heads in the pool every other set is used once, and p cannot go below min p)",
+                 ["model", "induction heads", "base accuracy", "set drop", "control p95", "control sets", "control",
+                  "p", "min p"], set_rows)
     per_head = Table("Per head: induction score (target -> source attention) and single-head mean-ablation drop",
                      ["model", "head", "induction score", "mean-abl drop", "zero-abl drop"],
                      [[k, f"L{li}H{h}", models[k]["induction_scores"][li][h], models[k]["ablation"]["mean_drop"][li][h],
@@ -100,11 +112,15 @@ def _tables(models: dict) -> list[Table]:
                    ["model", "target only", "+-1", "+-2 only", "+-1 and +-2", "two far positions"],
                    [[k] + [models[k]["local_window"][c] for c in ("none", "pm1", "pm2_only", "pm1_pm2", "far2")]
                     for k in keys if "local_window" in models[k]])
-    fold = Table("LayerNorm folding (frozen scale): performance gap",
-                 ["model", "accuracy", "folded accuracy", "accuracy gap", "mean KL", "argmax agreement"],
+    fold = Table("LayerNorm folding (scales frozen per position): the folded, LayerNorm-free model's accuracy beside "
+                 "the model's (a precondition of the weight-based claims: the folded model must still have learned "
+                 "the task); one frozen scale per norm (the old fold) for comparison",
+                 ["model", "accuracy", "folded accuracy", "accuracy gap", "learned level", "mean KL",
+                  "argmax agreement", "one-scale folded accuracy (old fold)"],
                  [[k, models[k]["fold"]["accuracy"], models[k]["fold"]["folded_accuracy"],
-                   models[k]["fold"]["accuracy_gap"], models[k]["fold"]["mean_kl"], models[k]["fold"]["argmax_agreement"]]
-                  for k in keys])
+                   models[k]["fold"]["accuracy_gap"], learned_level(models[k].get("chance", 0.0)),
+                   models[k]["fold"]["mean_kl"], models[k]["fold"]["argmax_agreement"],
+                   models[k]["fold"].get("single_scale_folded_accuracy")] for k in keys])
     comp_rows = []
     for k in keys:
         c = models[k].get("composition_into_top_head")
@@ -118,11 +134,14 @@ def _tables(models: dict) -> list[Table]:
         comp_rows.append(row)
     comp = Table("Strongest Q-/K-/V-composition into the top induction head (folded model)",
                  ["model", "induction head", "Q-comp", "K-comp", "V-comp"], comp_rows)
-    em = Table("Emergence over checkpoints (forward accuracy)",
-               ["model", "midpoint step", "largest rise at step", "largest rise", "final"],
-               [[k, models[k]["emergence"]["midpoint_step"], models[k]["emergence"]["largest_increase_step"],
-                 models[k]["emergence"]["largest_increase"], models[k]["emergence"]["final"]]
-                for k in keys if "emergence" in models[k]])
+    em = Table("Emergence over checkpoints (forward accuracy): midpoint, largest rise and the 10%-90% rise width "
+               "against the run length",
+               ["model", "midpoint step", "largest rise at step", "largest rise", "final", "10% step", "90% step",
+                "width / run steps"],
+               [[k, e["midpoint_step"], e["largest_increase_step"], e["largest_increase"], e["final"],
+                 e.get("rise", {}).get("step_lo"), e.get("rise", {}).get("step_hi"),
+                 (e["rise"]["width"] / e["run_steps"]) if e.get("rise", {}).get("width") is not None else None]
+                for k in keys if "emergence" in models[k] for e in [models[k]["emergence"]]])
     tr = Table("Training", ["model", "final loss", "train seconds (this invocation; ~0 when a finished run is reused)"],
                [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
     return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr, *_twoways_tables(models, keys)]

@@ -14,7 +14,9 @@ from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab
 
-N_RANDOM_CONTROLS = 20  # random head sets / random shifts per control
+N_RANDOM_CONTROLS = 200  # random head sets / random shifts per control (report.intervals.MIN_CONTROL_DRAWS)
+FULL_RANGE = (0.0, 1.0)  # the study's mask rates: the probe is also fitted over the whole range
+LOCAL_RADIUS = 2  # the "local context" of a position: its neighbours at +-1 and +-2
 
 
 def accuracy_fn(objective: str, tokens: torch.Tensor, mask_id: int, per_seq: int, seed: int = 0):
@@ -23,6 +25,11 @@ def accuracy_fn(objective: str, tokens: torch.Tensor, mask_id: int, per_seq: int
         return lambda m: induction.ar_accuracy(m, tokens, "forward")
     rows = induction.build_rows(tokens, mask_id, "forward", "both", per_seq, seed=seed)
     return lambda m: induction.masked_accuracy(m, rows, mask_id)
+
+
+def n_ids(p: InductionPreset, vocab: RepeatedVocab) -> int:
+    """How many ids the repeated (evaluation) tokens are drawn from: the text vocabulary or the reserved ids."""
+    return vocab.text_vocab if p.random_ids == "text" else p.n_random
 
 
 def untrained_like(model, p: InductionPreset, vocab: RepeatedVocab, objective: str):
@@ -51,13 +58,19 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
     mid = vocab.mask_id
     model.eval()
     r: dict = {"objective": objective, "n_layers": len(model.blocks), "seq_len": int(eval_tokens.shape[1])}
+    r["chance"] = 1.0 / n_ids(p, vocab)  # the repeated tokens' ids are uniform over n_ids ids
+    B = int(eval_tokens.shape[0])
     if objective == "ar":
         r["accuracy"] = induction.ar_table(model, eval_tokens)
+        r["accuracy_per_seq"] = {"forward": {"left": induction.ar_accuracy_per_seq(model, eval_tokens, "forward")}}
         r["induction_scores"] = induction.ar_induction_scores(model, eval_tokens)
         head_input = eval_tokens
         ablate_ref = eval_tokens
     else:
         r["accuracy"] = induction.dlm_table(model, eval_tokens, mid, p.per_seq, seed=p.seed)
+        r["accuracy_per_seq"] = {"forward": {c: induction.dlm_accuracy_per_seq(model, eval_tokens, mid, "forward", c,
+                                                                               p.per_seq, seed=p.seed)
+                                             for c in ("left", "both")}}
         r["induction_scores"] = induction.dlm_induction_scores(model, eval_tokens, mid, "forward",
                                                                max(1, p.per_seq // 2), seed=p.seed)
         r["induction_scores_reverse"] = induction.dlm_induction_scores(model, eval_tokens, mid, "reverse",
@@ -68,11 +81,13 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         for d in induction.DIRECTIONS:
             g = induction.context_gains(model, eval_tokens, mid, d, p.per_seq, seed=p.seed)
             r["gains"][d] = {**{c: float(g[c].mean()) for c in induction.CONTEXTS},
-                             "neither_log_prob": float(g["neither"].mean()), "ratio": induction.additivity(g)}
+                             "neither_log_prob": float(g["neither"].mean()), "ratio": induction.additivity(g),
+                             "per_seq": {c: induction.per_sequence(g[c], B) for c in induction.CONTEXTS}}
         head_input = lightly_masked(eval_tokens, mid, seed=p.seed)
         ablate_ref = induction.build_rows(eval_tokens, mid, "forward", "both", p.per_seq, seed=p.seed).noisy
-    r["prev_token_scores"] = heads.previous_token_scores(model, head_input)
-    r["next_token_scores"] = heads.next_token_scores(model, head_input)
+    local = heads.local_offset_scores(model, head_input, LOCAL_RADIUS)  # {offset: [L, H]}
+    r["prev_token_scores"], r["next_token_scores"] = local[-1], local[1]
+    r["local_offset_scores"] = {str(o): v for o, v in local.items()}
     if text_tokens is not None:
         text_in = text_tokens if objective == "ar" else lightly_masked(text_tokens, mid, seed=p.seed)
         r["prev_token_scores_text"] = heads.previous_token_scores(model, text_in)
@@ -104,12 +119,19 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         r["induction_set_ablation"] = {**test.to_dict(), "threshold": INDUCTION_THRESHOLD,
                                        "pool": "every head of layers >= 1"}
 
-    # circuits on the folded (exactly linear) model, and the folding gap
-    few = head_input[:64]  # the frozen scales and the logit gap need only a few sequences
-    scales = fold.norm_scales(model, few)
-    folded = fold.fold_ln_frozen_scale(model, scales).eval()  # a linearisation (scales frozen)
-    r["fold"] = {**fold.fold_gap(model, folded, few), "accuracy": base,
-                 "folded_accuracy": float(metric(folded))}
+    # circuits on the folded (linear) model, and the folding gap: the LayerNorm scales are frozen per position (DLM:
+    # per position and mask / other token) at their mean over the evaluation inputs the accuracy is measured on
+    # (AR: the clean rows; DLM: the rows with one masked target), fitted on the first half of them
+    fold_ref = eval_tokens if objective == "ar" else ablate_ref
+    fit = fold_ref[: max(1, fold_ref.shape[0] // 2)]
+    scales = fold.norm_scales(model, fit, per_position=True, token_class=None if objective == "ar" else mid)
+    folded = fold.fold_ln_frozen_scale(model, scales).eval()  # a linearisation (scales frozen per position)
+    global_fold = fold.fold_ln_frozen_scale(model, fold.norm_scales(model, fit)).eval()  # one scale per norm
+    held = fold_ref[fold_ref.shape[0] // 2:]
+    r["fold"] = {**fold.fold_gap(model, folded, held), "accuracy": base, "folded_accuracy": float(metric(folded)),
+                 "scales": "per position" + ("" if objective == "ar" else " and mask / other token") +
+                           " (mean over the first half of the evaluation inputs; gap on the second half)",
+                 "single_scale_folded_accuracy": float(metric(global_fold))}
     r["fold"]["accuracy_gap"] = r["fold"]["accuracy"] - r["fold"]["folded_accuracy"]
     if len(model.blocks) >= 2:
         comp = {k: circuits.composition_scores(folded, k) for k in circuits.COMPOSITIONS}
@@ -123,10 +145,14 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
     r["ov_top_singular_values"] = torch.stack([circuits.ov_circuit(folded, i).svd()[1][:, :4]
                                                for i in range(len(model.blocks))])
 
-    if objective == "dlm":
+    if objective == "dlm":  # the mask-rate probe over the training range and over the study's full range
         rep = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed, t_range=(p.t_min, p.t_max))
         r["probe"] = {"points": rep.points, "r2": rep.r2, "train_r2": rep.train_r2, "r2_pooled": rep.r2_pooled,
                       "r2_control": rep.r2_control, "t_range": [p.t_min, p.t_max]}
+        full = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed, t_range=FULL_RANGE)
+        r["probe_full_range"] = {"points": full.points, "r2": full.r2, "train_r2": full.train_r2,
+                                 "r2_pooled": full.r2_pooled, "r2_control": full.r2_control,
+                                 "t_range": list(FULL_RANGE)}
         r["patch"] = timestep.mean_shift_patch(model, probe_tokens, mid, rep.points[1], p.patch_low, p.patch_high,
                                                N_RANDOM_CONTROLS, seed=p.seed)
 
@@ -155,6 +181,8 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         tw_curves = [(step, vals[-1]) for step, vals in rows]
         tw_seconds += tw_clock[0]
         r["emergence"] = {"curve": curves["accuracy"], **emergence.jump_step(curves["accuracy"]),
+                          "rise": emergence.rise_width(curves["accuracy"]), "run_steps": p.steps,
+                          "study_step_window": p.study_step_window,
                           "curves": {k: v for k, v in curves.items() if k != "accuracy"}}
     else:
         tw_curves = []
