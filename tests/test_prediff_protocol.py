@@ -1,5 +1,5 @@
 """PreDiff protocol on small hand-made inputs: prompt fraction, both training losses, the study code's
-evaluation weighting, the paired hierarchical bootstrap and the paired claims."""
+evaluation weighting, the paired t-interval over seed means and the paired claims."""
 
 import math
 
@@ -12,7 +12,7 @@ from dlmlab.config import ConfigError
 from dlmlab.prediff import METHODS, diffusion_loss, eval_original_weighting, make_task, prompt_length
 from dlmlab.prediff.objectives import COSINE_T_RANGE, cosine_mask_rates
 from dlmlab.studies.prediff.claims import compute_claims
-from dlmlab.studies.prediff.paired import hierarchical_bootstrap, lower_is_better
+from dlmlab.studies.prediff.paired import lower_is_better, seed_mean_t_interval
 from dlmlab.studies.prediff.presets import PreDiffPreset
 
 
@@ -116,16 +116,17 @@ def test_original_weighting_is_the_midpoint_rule_with_one_over_one_minus_t():
     assert eval_original_weighting(model, windows, prompt_len=6, n_t=n_t) == pytest.approx(expect)
 
 
-def test_hierarchical_bootstrap_on_small_inputs():
+def test_seed_mean_t_interval_on_small_inputs():
     d = np.array([[-1.0, -1.2, -0.8], [-0.9, -1.1, -1.0], [-1.05, -0.95, -1.0]])
     c = lower_is_better(d, np.zeros_like(d))
     assert c["holds"] and c["hi"] < 0 and c["lo"] <= c["mean"] <= c["hi"]
     assert c["per_seed"] == pytest.approx([-1.0, -1.0, -1.0])
-    mixed = np.array([[-1.0, 1.0], [1.0, -1.0], [0.5, -0.5]])
+    mixed = np.array([[-1.0, 0.8], [1.0, -0.6], [0.5, -0.6]])  # seed means -0.1, 0.2, -0.05
     c = lower_is_better(mixed, np.zeros_like(mixed))
     assert not c["holds"] and c["lo"] < 0 < c["hi"]
-    assert hierarchical_bootstrap(mixed) == hierarchical_bootstrap(mixed)  # deterministic
-    # one seed far off: the seed level of the bootstrap carries it into the interval
+    assert seed_mean_t_interval(mixed) == seed_mean_t_interval(mixed)  # deterministic
+    assert (c["n"], c["unit"], c["method"]) == (3, "seeds", "t")
+    # one seed far off: the t-interval over seed means carries it into the interval
     seeds_disagree = np.array([[-1.0] * 50, [-1.0] * 50, [2.5] * 50])
     assert not lower_is_better(seeds_disagree, np.zeros((3, 50)))["holds"]
     with pytest.raises(ValueError):

@@ -40,6 +40,14 @@ def held_out_nll(method: str, model, windows: torch.Tensor, prompt_len: int, n_t
     return ar_nll_per_window(model, windows, prompt_len)
 
 
+def unigram_nll(train_ids: torch.Tensor, windows: torch.Tensor, prompt_len: int, vocab: int) -> float:
+    """nats / target token of the context-free predictor: the training stream's unigram frequencies (add-one
+    smoothed over ``vocab`` ids) scored on the target tokens (after ``prompt_len``) of ``windows`` [N, T]."""
+    counts = torch.bincount(train_ids.flatten().cpu(), minlength=vocab).double() + 1.0
+    logp = (counts / counts.sum()).log()
+    return float(-logp[windows[:, prompt_len:].flatten().cpu()].mean())
+
+
 def original_weighting_nll(method: str, model, windows: torch.Tensor, p: PreDiffPreset) -> float | None:
     """The study code's 1/(1-t)-weighted number (not a bound) for diffusion methods; None for AR."""
     if not METHODS[method].is_diffusion:

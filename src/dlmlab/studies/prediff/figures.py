@@ -19,9 +19,9 @@ def ppl_curves(res: dict, out: Path) -> dict:
             ax.fill_between([r["step"] for r in rows], [min(c) for c in zip(*([r["ppl"] for r in c] for c in seeds))],
                             [max(c) for c in zip(*([r["ppl"] for r in c] for c in seeds))], color=line.get_color(),
                             alpha=0.15, lw=0)
-    thr = res.get("threshold", {}).get("value")
+    thr = (res.get("threshold") or {}).get("ppl")
     if thr:
-        ax.axhline(sum(thr) / len(thr), color="grey", lw=0.8, ls=":", label="threshold (mean over seeds)")
+        ax.axhline(thr, color="grey", lw=0.8, ls=":", label="threshold (midway between plateaus)")
     ax.set_yscale("log")
     ax.set_xlabel("adaptation step")
     ax.set_ylabel("held-out PPL (diffusion: ELBO bound)")

@@ -13,19 +13,21 @@ import torch
 from tqdm.auto import tqdm
 
 from dlmlab.data import TokenStream
-from dlmlab.metrics import find_lambada, mean_pooled_features, rep_n, self_bleu, steps_to_threshold
+from dlmlab.metrics import find_lambada, mean_pooled_features, rep_n, self_bleu
 from dlmlab.metrics.likelihood import generative_perplexity
 from dlmlab.prediff import METHODS
-from dlmlab.report import StudyResult, Table, write_study
+from dlmlab.report import StudyResult, write_study
 from dlmlab.studies.parallel import default_workers, map_jobs
-from dlmlab.studies.prediff.adapt import adapt, held_out_nll, original_weighting_nll
+from dlmlab.studies.prediff.adapt import adapt, held_out_nll, original_weighting_nll, unigram_nll
 from dlmlab.studies.prediff.backbone import prepare
 from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.evaluate import generate, lambada, prompts_and_references, sample_metrics, speeds
 from dlmlab.studies.prediff.figures import make_figures
-from dlmlab.studies.prediff.paired import hierarchical_bootstrap, lower_is_better
-from dlmlab.studies.prediff.preference import human_preference, preference_table
+from dlmlab.studies.prediff.paired import censored_steps_difference, lower_is_better, seed_mean_t_interval
+from dlmlab.studies.prediff.preference import human_preference
 from dlmlab.studies.prediff.presets import PRESETS
+from dlmlab.studies.prediff.tables import tables
+from dlmlab.studies.prediff.threshold import steps_to_reach
 from dlmlab.studies.threads import threads_for, torch_threads
 from dlmlab.training.distributed import is_main_process
 
@@ -54,19 +56,6 @@ def _mean_curve(curves: list[list[dict]]) -> list[dict]:
     return [{"step": rows[0]["step"], "ppl": sum(r["ppl"] for r in rows) / len(rows)} for rows in zip(*curves)]
 
 
-def _steps_to_threshold(res: dict, seeds: list[int], budget: int) -> dict:
-    """Per seed: threshold = the best held-out bound the from-scratch model of that seed reaches within the budget;
-    steps each method needs to reach it (``budget + 1`` stands for "not within the budget")."""
-    out = {"value": [], "steps": {n: [] for n in res["methods"]}}
-    for i, _ in enumerate(seeds):
-        thr = min(r["ppl"] for r in res["methods"]["scratch"]["curves"][i])
-        out["value"].append(thr)
-        for n, m in res["methods"].items():
-            s = steps_to_threshold(m["curves"][i], "ppl", thr)
-            out["steps"][n].append(budget + 1 if s is None else s)
-    return out
-
-
 def _comparisons(res: dict, p) -> dict:
     """The paired comparisons behind the claims (lower held-out NLL is better; see :mod:`.paired`)."""
     nll = {n: np.array(v) for n, v in res["per_window_nll"].items()}  # [S, N]
@@ -81,32 +70,35 @@ def _comparisons(res: dict, p) -> dict:
         out["ar_control_vs_best_diffusion"] = {"a": "ar_control", "b": best,
                                                **lower_is_better(nll["ar_control"], nll[best])}
     thr = res.get("threshold")
-    if thr and "prediff" in thr["steps"]:
-        a = np.array(thr["steps"]["prediff"], dtype=float)[:, None]
-        b = np.array(thr["steps"]["scratch"], dtype=float)[:, None]
-        out["ar_init_vs_scratch_steps"] = {"a": "prediff", "b": "scratch", **lower_is_better(a, b)}
+    if thr and "prediff" in thr["steps"] and "scratch" in thr["steps"]:
+        out["ar_init_vs_scratch_steps"] = {"a": "prediff", "b": "scratch", **censored_steps_difference(
+            thr["steps"]["prediff"], thr["steps"]["scratch"], thr["budget"])}
     return out
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
+    from dlmlab.studies.prediff.ladder import LADDERS, run_ladder
+
+    if preset in LADDERS:
+        return run_ladder(preset, Path(out), progress)
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted([*PRESETS, *LADDERS])}")
     p = PRESETS[preset]
     p.validate()
     with torch_threads(threads_for(p.model.d_model)):  # the same thread count on every machine
         return _run(preset, p, Path(out), progress)
 
 
-def _run(preset: str, p, out: Path, progress: bool) -> StudyResult:
-    out = Path(out)
+def measure(p, out: Path, progress: bool) -> tuple[dict, object, object, TokenStream, dict]:
+    """Backbone, every (method, seed) adaptation, held-out NLLs, the threshold and the paired comparisons ->
+    (res, backbone, tokenizer, stream, info); the part of a run the ladder repeats at every size."""
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
     backbone, tokenizer, stream, info = prepare(p, out, progress)
     eval_x = TokenStream.chunks(stream.val, p.seq_len, limit=p.eval_windows).to(p.device)
-    prompts, refs = prompts_and_references(stream, p)
-    res: dict = {"backbone": info["backbone"], "data": {k: v for k, v in info.items() if k != "backbone"},
-                 "methods": {}, "per_window_nll": {}, "samples": {}, "speed": {}, "eval_windows": len(eval_x),
-                 "seeds": list(p.seeds)}
+    data = {k: v for k, v in info.items() if k != "backbone"}
+    data["unigram_nll"] = unigram_nll(stream.train, eval_x, p.prompt_len, info["tokenizer_vocab"])
+    res: dict = {"backbone": info["backbone"], "data": data, "methods": {}, "per_window_nll": {}, "samples": {},
+                 "speed": {}, "eval_windows": len(eval_x), "seeds": list(p.seeds), "budget": p.adapt.steps}
     # every (method, seed) adaptation is independent: they run on worker processes; the first seed's models are
     # then reloaded here from their last checkpoints for sampling
     keys = [(name, seed) for name in p.methods for seed in p.seeds]
@@ -117,20 +109,32 @@ def _run(preset: str, p, out: Path, progress: bool) -> StudyResult:
         m = METHODS[name]
         runs = [done[(name, s)] for s in p.seeds]
         per_window = [r["nll"] for r in runs]
-        ci = hierarchical_bootstrap(per_window)
+        ci = seed_mean_t_interval(per_window)
         orig = [r["original_weighting_nll"] for r in runs]
         res["per_window_nll"][name] = per_window
         res["methods"][name] = {
             "init": m.init, "attention": m.attention, "objective": m.objective, "bound": m.is_diffusion,
-            "val_nll": ci["mean"], "val_ppl": math.exp(ci["mean"]), "val_ppl_interval": [math.exp(ci["lo"]), math.exp(ci["hi"])],
-            "val_nll_per_seed": ci["per_seed"],
+            "val_nll": ci["mean"], "val_ppl": math.exp(ci["mean"]),
+            "val_ppl_interval": [_exp(ci["lo"]), _exp(ci["hi"])], "val_interval_n": ci["n"],
+            "val_interval_unit": ci["unit"], "val_nll_per_seed": ci["per_seed"],
             "original_weighting_ppl": None if orig[0] is None else math.exp(sum(orig) / len(orig)),
             "curve": _mean_curve([r["curve"] for r in runs]), "curves": [r["curve"] for r in runs],
             "seconds": sum(r["seconds"] for r in runs)}
-    models = {name: adapt(name, backbone, stream, p, out, progress=False, seed=p.seeds[0])[0] for name in p.methods}
-    if "scratch" in res["methods"]:
-        res["threshold"] = _steps_to_threshold(res, p.seeds, p.adapt.steps)
+    res["threshold"] = steps_to_reach(res["methods"], p.adapt.steps)
     res["comparisons"] = _comparisons(res, p)
+    return res, backbone, tokenizer, stream, info
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if math.isfinite(x) else float("nan")
+
+
+def _run(preset: str, p, out: Path, progress: bool) -> StudyResult:
+    out = Path(out)
+    t0 = time.time()
+    res, backbone, tokenizer, stream, info = measure(p, out, progress)
+    prompts, refs = prompts_and_references(stream, p)
+    models = {name: adapt(name, backbone, stream, p, out, progress=False, seed=p.seeds[0])[0] for name in p.methods}
 
     # samples of the first seed's models and their metrics: generative PPL under the AR control (the study's judge;
     # the pretrained backbone when the run has no AR control), MAUVE features from the pretrained backbone
@@ -186,58 +190,11 @@ def setup_text(p, info: dict) -> str:
             f"mask token starts as a {p.mask_init} embedding.  Held-out PPL: {p.eval_windows} validation windows, "
             f"target = tokens after the first {p.prompt_len}; diffusion numbers are Monte-Carlo ELBO bounds "
             f"({p.eval_n_t} antithetic t draws per window, self-conditioning on, the same draws for every method); "
-            f"intervals are two-level bootstrap 95% intervals over seeds and windows.  The study code's "
+            f"intervals are Student-t 95% intervals over the {len(p.seeds)} seed means (each seed's mean over the same "
+            f"windows), with n beside each.  The study code's "
             f"1/(1-t)-weighted number ({p.original_eval_n_t} midpoint mask rates) is shown beside it for "
             f"comparison with the paper: it is not a bound.  Samples (first seed's models): {p.n_prompts} held-out "
             f"prompts of {p.sample_prompt_len} tokens, {p.gen_len} generated tokens, temperature {p.temperature}, "
             f"top-p {p.top_p}; generative PPL under the AR control, MAUVE features from the pretrained backbone.  "
-            f"Tokens/s: batch {p.speed_batch}, median of {p.speed_repeats} runs on {p.device}.")
-
-
-def _f(x, d=2):
-    return None if x is None else round(float(x), d)
-
-
-def _interval(m: dict) -> str | None:
-    lo_hi = m.get("val_ppl_interval")
-    return None if not lo_hi else f"[{_f(lo_hi[0])}, {_f(lo_hi[1])}]"
-
-
-def tables(res: dict, p) -> list[Table]:
-    first, last = p.sample_steps[0], p.sample_steps[-1]
-    main = Table(
-        "Main results: held-out perplexity after the same adaptation budget, and samples",
-        ["method", "init", "attention", "objective", "PPL", "95% interval", "PPL kind", "study-code weighting",
-         "MAUVE", "Rep-4", "Self-BLEU", f"tokens/s ({first} steps)", f"tokens/s ({last} steps)", "gen PPL"],
-        [], note=f"PPL: mean over seeds {res.get('seeds')} of the held-out NLL, as a perplexity; the interval is a "
-                 f"two-level bootstrap over seeds and windows.  Study-code weighting: 1/(1-t)-weighted masked CE "
-                 f"(not a bound).  MAUVE, Rep-4, Self-BLEU and gen PPL (under the {res.get('gen_ppl_judge')}) of "
-                 f"the first seed's samples at {last} denoising steps; the AR control decodes token by token.")
-    for n, m in res["methods"].items():
-        s_last = res["samples"].get(f"{n}@{last}") or res["samples"].get(n, {})
-        sp_first = res["speed"].get(f"{n}@{first}") or res["speed"].get(n, {})
-        sp_last = res["speed"].get(f"{n}@{last}") or res["speed"].get(n, {})
-        main.rows.append([n, m["init"], m["attention"], m["objective"], _f(m["val_ppl"]), _interval(m),
-                          "ELBO bound" if m["bound"] else "exact", _f(m.get("original_weighting_ppl")),
-                          _f(s_last.get("mauve"), 3), _f(s_last.get("rep4"), 3), _f(s_last.get("self_bleu")),
-                          _f(sp_first.get("tokens_per_s"), 1), _f(sp_last.get("tokens_per_s"), 1), _f(s_last.get("gen_ppl"))])
-    comp = Table("Paired comparisons (A minus B; lower is better for A)",
-                 ["comparison", "A", "B", "mean difference", "95% interval", "per seed", "A better beyond the interval"],
-                 [], note="Held-out NLL in nats per target token (steps for the threshold comparison); the same "
-                          "windows, mask rates and masks for both methods; two-level bootstrap over seeds and windows.")
-    for k, c in res.get("comparisons", {}).items():
-        comp.rows.append([k, c["a"], c["b"], _f(c["mean"], 4), f"[{_f(c['lo'], 4)}, {_f(c['hi'], 4)}]",
-                          ", ".join(str(_f(x, 4)) for x in c["per_seed"]), c["holds"]])
-    ar_speed = res["speed"].get("ar_control", {}).get("tokens_per_s")
-    samp = Table("Samples: quality, diversity and speed",
-                 ["method", "gen PPL", "Rep-4", "Self-BLEU", "MAUVE", "tokens/s", "speed vs AR", "prompt KV reused"], [])
-    ref = res.get("reference", {})
-    samp.rows.append(["held-out text", _f(ref.get("gen_ppl")), _f(ref.get("rep4"), 3), _f(ref.get("self_bleu")),
-                      None, None, None, None])
-    for key, s in res["samples"].items():
-        sp = res["speed"].get(key, {})
-        tps = sp.get("tokens_per_s")
-        samp.rows.append([key, _f(s["gen_ppl"]), _f(s["rep4"], 3), _f(s["self_bleu"]), _f(s["mauve"], 3), _f(tps, 1),
-                          None if tps is None or not ar_speed else _f(tps / ar_speed), sp.get("prompt_kv_reused")])
-    pref = res.get("human_preference")
-    return [main, comp, samp] + ([preference_table(pref)] if pref else [])
+            f"Tokens/s: batch {p.speed_batch}, median of {p.speed_repeats} interleaved rounds on {p.device}; the speed "
+            f"claim's interval is over the per-round ratios.")

@@ -1,0 +1,162 @@
+"""The PreDiff scale ladder: the study's comparisons at 3 backbone sizes, one recipe for all.
+
+``dlmlab reproduce prediff --preset ladder --out DIR`` pretrains a backbone of each size and adapts it with
+every method over the seeds (the cpu preset's data, batch, learning rates and evaluation; a shorter
+adaptation budget so that all sizes fit 20 minutes on 2 idle cores), then reports per comparison the
+per-size Student-t interval over seeds and the trend from the smallest to the largest size
+(:mod:`dlmlab.report.ladder`): a table and a figure, plus each size's claim verdicts.  No sampling, speed or
+MAUVE (they do not bear on the comparisons).  Each size lives in ``DIR/size-d<d_model>-l<n_layers>/``; a
+re-run reuses finished sizes (their ``measured.json``) and resumes unfinished adaptations from checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from dlmlab.config import Config, require
+from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.models import TransformerConfig
+from dlmlab.report import StudyResult, Table, write_study
+from dlmlab.report.ladder import LadderStat, ladder_figure, ladder_table, trend
+from dlmlab.studies.prediff.claims import STUDY_EFFECTS, compute_claims
+from dlmlab.studies.prediff.presets import PRESETS, PreDiffPreset
+from dlmlab.studies.threads import threads_for, torch_threads
+from dlmlab.training import TrainConfig
+
+#: (comparison key, label) of the ladder's statistics: A - B, lower is better for A (side -1, level 0)
+STATS = [("hybrid_vs_uniform_bidir", "hybrid - uniform NLL (prediff - uniform_bidir)"),
+         ("hybrid_vs_uniform_bidir_shifted", "hybrid - uniform NLL, shifted (attn_obj - diffugpt)"),
+         ("combined_vs_attention_only", "combined - attention only NLL (attn_obj - prediff)"),
+         ("ar_control_vs_best_diffusion", "AR control - best diffusion NLL"),
+         ("ar_init_vs_scratch_steps", "AR init - scratch steps to threshold (censored)")]
+
+
+def _model(d: int, layers: int, heads: int) -> TransformerConfig:
+    return TransformerConfig(d_model=d, n_layers=layers, n_heads=heads, d_mlp=4 * d, mlp="gelu_new", max_seq_len=128)
+
+
+@dataclass
+class PreDiffLadder(Config):
+    """``recipe``: every size's data, training and evaluation (its ``model`` replaced by each of ``sizes``)."""
+
+    recipe: PreDiffPreset
+    sizes: list[TransformerConfig] = field(default_factory=list)
+
+    def validate(self) -> None:
+        require(len(self.sizes) >= 2, f"a ladder needs >= 2 sizes, got {len(self.sizes)}")
+        require(len({(s.d_model, s.n_layers) for s in self.sizes}) == len(self.sizes), "ladder sizes must differ")
+        require(len(self.recipe.seeds) >= 2, "a ladder needs >= 2 seeds per size for its intervals")
+        for s in self.sizes:
+            self.size_preset(s).validate()
+
+    def size_preset(self, size: TransformerConfig) -> PreDiffPreset:
+        return dataclasses.replace(self.recipe, model=size)
+
+
+def _ladder() -> PreDiffLadder:
+    """cpu recipe, 400 adaptation steps (cpu: 500), at d_model 32 / 64 / 128 (62k / 274k / 941k parameters)."""
+    cpu = PRESETS["cpu"]
+    recipe = dataclasses.replace(cpu, adapt=dataclasses.replace(cpu.adapt, steps=400))
+    return PreDiffLadder(recipe, [_model(32, 2, 2), _model(64, 4, 4), _model(128, 4, 4)])
+
+
+def _ladder_smoke() -> PreDiffLadder:
+    """Two tiny sizes of the smoke recipe (seconds per size; for tests and a quick look)."""
+    smoke = PRESETS["smoke"]
+    recipe = dataclasses.replace(smoke, adapt=dataclasses.replace(smoke.adapt, steps=10), pretrain=TrainConfig(
+        steps=40, batch_size=16, lr=3e-3, warmup_steps=5, log_every=20, keep_checkpoints=1, progress=False),
+        eval_windows=8, curve_windows=4)
+    small = dict(mlp="gelu_new", max_seq_len=48)
+    return PreDiffLadder(recipe, [TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_mlp=64, **small),
+                                  TransformerConfig(d_model=32, n_layers=2, n_heads=2, d_mlp=128, **small)])
+
+
+LADDERS: dict[str, PreDiffLadder] = {"ladder": _ladder(), "ladder_smoke": _ladder_smoke()}
+
+
+def _size_dir(out: Path, s: TransformerConfig) -> Path:
+    return out / f"size-d{s.d_model}-l{s.n_layers}"
+
+
+def measure_size(p: PreDiffPreset, out: Path, progress: bool) -> dict:
+    """One size's measurements (:func:`dlmlab.studies.prediff.run.measure`), kept in ``out/measured.json`` and
+    reused when its preset is unchanged: {params, seconds, methods {val_nll, per seed, curves}, threshold,
+    comparisons, data, budget}."""
+    from dlmlab.studies.prediff.run import measure
+
+    cache = out / "measured.json"
+    config = json.loads(strict_json(dataclasses.asdict(p)))
+    if cache.exists():
+        kept = json.loads(cache.read_text())
+        if kept.get("config") == config:
+            return kept["measured"]
+    t0 = time.time()
+    with torch_threads(threads_for(p.model.d_model)):
+        res, backbone, *_ = measure(p, out, progress)
+    keep = ("init", "attention", "objective", "bound", "val_nll", "val_nll_per_seed", "curves", "seconds")
+    measured = {"params": backbone.num_params(), "seconds": time.time() - t0, "data": res["data"],
+                "budget": res["budget"], "threshold": res["threshold"], "comparisons": res["comparisons"],
+                "methods": {n: {k: m[k] for k in keep} for n, m in res["methods"].items()}}
+    atomic_write_text(cache, strict_json({"config": config, "measured": measured}, indent=1))
+    return json.loads(strict_json(measured))  # the same (JSON) form a re-run reads back
+
+
+def ladder_stats(by_size: dict[int, dict]) -> list[LadderStat]:
+    """{params: measured} -> one :class:`LadderStat` per comparison present at every size (per-seed A - B)."""
+    out = []
+    for key, label in STATS:
+        if not all(key in m["comparisons"] for m in by_size.values()):
+            continue
+        out.append(LadderStat(label, {n: m["comparisons"][key]["per_seed"] for n, m in by_size.items()}, side=-1,
+                              level=0.0, study_value=STUDY_EFFECTS.get(key)))
+    return out
+
+
+def verdict_table(by_size: dict[int, dict]) -> Table:
+    """Each claim's verdict at each size (no speed: the ladder does not time samplers)."""
+    sizes = sorted(by_size)
+    verdicts = {n: {c.id: c.judgement.label() for c in compute_claims(m)} for n, m in by_size.items()}
+    ids = [i for i in verdicts[sizes[0]] if i != "few_step_sampling_faster_than_ar"]
+    return Table("Claim verdicts per size", ["claim", *[f"{n:,} params" for n in sizes]],
+                 [[i, *[verdicts[n][i] for n in sizes]] for i in ids],
+                 note="Each size's claims judged as in the cpu preset (t-intervals over its seeds, the learned "
+                      "preconditions); the speed claim is not part of the ladder.")
+
+
+def run_ladder(name: str, out: Path, progress: bool = True) -> StudyResult:
+    from dlmlab.studies.prediff.run import TITLE
+
+    lad = LADDERS[name]
+    lad.validate()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    by_size = {}
+    for s in tqdm(lad.sizes, desc="ladder sizes", disable=not progress):
+        m = measure_size(lad.size_preset(s), _size_dir(out, s), progress)
+        by_size[m["params"]] = m
+    stats = ladder_stats(by_size)
+    table = ladder_table(stats, "PreDiff comparisons over backbone size (A - B; below 0 favours A)")
+    table.note += ("  Per seed: the mean over held-out windows of A - B (nats / target token; steps for the "
+                   "threshold, censored runs at the budget).  Study: its reported difference, where it reports one.")
+    figure = ladder_figure(stats, out, "ladder", "PreDiff comparisons (A - B) over backbone parameters: mean and "
+                                                 "95% t-interval over seeds; below 0 favours A")
+    sizes_table = Table("Ladder sizes", ["d_model", "layers", "heads", "parameters", "seconds"],
+                        [[s.d_model, s.n_layers, s.n_heads, m["params"], round(m["seconds"], 1)]
+                         for s, m in zip(lad.sizes, by_size.values())])
+    results = {"sizes": {str(n): m for n, m in by_size.items()},
+               "trends": {st.name: trend(st).as_dict() for st in stats}}
+    r = lad.recipe
+    setup = (f"The cpu recipe at {len(lad.sizes)} backbone sizes ({', '.join(f'{n:,}' for n in by_size)} parameters): "
+             f"each pretrained {r.pretrain.steps} steps on {r.corpus}, then every method ({', '.join(r.methods)}) "
+             f"adapts {r.adapt.steps} steps per seed {list(r.seeds)}; held-out NLL on {r.eval_windows} windows.")
+    result = StudyResult(study="prediff", preset=name, config=dataclasses.asdict(lad), results=results,
+                         tables=[table, verdict_table(by_size), sizes_table], figures=[figure], claims=[],
+                         wall_time_s=time.time() - t0, setup=setup)
+    write_study(out, result, f"{TITLE}: scale ladder")
+    return result
