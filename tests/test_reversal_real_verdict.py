@@ -12,13 +12,13 @@ from dlmlab.report.intervals import paired_diff_ci
 from dlmlab.studies.reversal.real import MIN_SEEDS, real_claim
 
 
-def _real(per_pe: dict[str, tuple[list[float], list[float]]]) -> dict:
-    """A ``run_real`` result: per PE, (MDM, ARM) reverse accuracy per seed."""
+def _real(per_pe: dict[str, tuple[list[float], list[float]]], fwd: float = 1.0) -> dict:
+    """A ``run_real`` result: per PE, (MDM, ARM) reverse accuracy per seed; every model's forward accuracy ``fwd``."""
     runs = []
     for pe, (mdm, arm) in per_pe.items():
         for kind, vals in (("mdm", mdm), ("arm", arm)):
             runs += [{"kind": kind, "positions": pe, "seed": s, "reverse_acc": v, "reverse_acc_per_token": v,
-                      "reverse_distinct_argmax": 3} for s, v in enumerate(vals)]
+                      "forward_acc": fwd, "reverse_distinct_argmax": 3} for s, v in enumerate(vals)]
     n = len(next(iter(per_pe.values()))[0])
     return {"runs": runs, "seeds": list(range(n)), "chance": 0.1}
 
@@ -66,3 +66,10 @@ def test_fewer_seeds_than_the_minimum_is_underpowered_even_when_every_seed_agree
     assert f"fewer than the {MIN_SEEDS}" in c.detail
     # even an interval on the other side: too few seeds to judge
     assert v(real_claim(_real({"rope": ([0.1, 0.1], [0.5, 0.6])}))) == ("inconclusive", "underpowered")
+
+
+def test_models_that_did_not_learn_the_forward_facts_are_a_precondition_failure_whatever_the_interval():
+    assert v(real_claim(_real({"rope": ABOVE}, fwd=0.9))) == ("inconclusive", "precondition")  # level 0.91
+    c = real_claim(_real({"rope": BELOW}, fwd=0.5))
+    assert v(c) == ("inconclusive", "precondition") and "forward accuracy 0.500" in c.detail
+    assert v(real_claim(_real({"rope": ABOVE}, fwd=0.95))) == ("reproduced", None)

@@ -24,14 +24,17 @@ import torch
 
 from dlmlab.analysis.requires import require_attention, require_layer
 from dlmlab.analysis.reversal import query_loss
-from dlmlab.analysis.storage_routing import storage_routing
+from dlmlab.analysis.storage_routing import StorageRouting, storage_routing
 from dlmlab.tasks.relations import Queries
 
 
 def storage_column_gradient(model, q: Queries, source: torch.Tensor, layer: int = 0,
-                            exclude: tuple[int, ...] = ()) -> torch.Tensor:
-    """Gradient [N, H, V] of each query's NLL with respect to the storage column ``Y_h[:, source_n]``."""
-    sr = storage_routing(model, q, layer, exclude)
+                            exclude: tuple[int, ...] = (), sr: StorageRouting | None = None) -> torch.Tensor:
+    """Gradient [N, H, V] of each query's NLL with respect to the storage column ``Y_h[:, source_n]``.
+
+    ``sr``: the queries' :func:`~dlmlab.analysis.storage_routing.storage_routing` split (with the same ``layer``
+    and ``exclude``, no ``contrast``), when already computed; otherwise it is computed here."""
+    sr = storage_routing(model, q, layer, exclude) if sr is None else sr
     reads = (q.tokens == source[:, None]).to(sr.alpha.dtype)  # [N,T]
     coef = (sr.alpha * reads[:, None]).sum(-1) / sr.scale[:, None]  # [N,H]
     resid = sr.probs.clone()
@@ -39,15 +42,17 @@ def storage_column_gradient(model, q: Queries, source: torch.Tensor, layer: int 
     return coef[:, :, None] * resid[:, None, :]
 
 
-def storage_gradient_cosine(model, fwd: Queries, rev: Queries, layer: int = 0,
-                            exclude: tuple[int, ...] = ()) -> torch.Tensor:
+def storage_gradient_cosine(model, fwd: Queries, rev: Queries, layer: int = 0, exclude: tuple[int, ...] = (),
+                            splits: tuple[StorageRouting, StorageRouting] | None = None) -> torch.Tensor:
     """Per-fact cosine [N] of forward and reverse NLL gradients on the reverse evidence column Y[:, B]
-    (B = ``rev.source``); 0 where the forward query does not read B."""
+    (B = ``rev.source``); 0 where the forward query does not read B.  ``splits``: the (forward, reverse)
+    storage-routing splits of the two query sets, when already computed (see :func:`storage_column_gradient`)."""
     if len(fwd) != len(rev):
         raise ValueError(f"forward ({len(fwd)}) and reverse ({len(rev)}) queries must pair up one to one")
     b = rev.source
-    gf = storage_column_gradient(model, fwd, b, layer, exclude).flatten(1)
-    gr = storage_column_gradient(model, rev, b, layer, exclude).flatten(1)
+    sf, sr = splits if splits is not None else (None, None)
+    gf = storage_column_gradient(model, fwd, b, layer, exclude, sf).flatten(1)
+    gr = storage_column_gradient(model, rev, b, layer, exclude, sr).flatten(1)
     den = gf.norm(dim=1) * gr.norm(dim=1)
     return torch.where(den > 0, (gf * gr).sum(1) / den.clamp(min=1e-30), torch.zeros_like(den))
 
@@ -69,7 +74,6 @@ def parameter_gradient_cosine(model, fwd: Queries, rev: Queries, params: dict[st
     a, b = flat(gf), flat(gr)
     den = a.norm() * b.norm()
     return float((a @ b) / den) if den > 0 else 0.0
-
 
 
 def storage_modules(model, layer: int = 0) -> dict[str, torch.nn.Linear]:

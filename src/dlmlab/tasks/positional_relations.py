@@ -58,9 +58,11 @@ class PositionalTaskConfig:
         require(self.n_distractors >= 0, f"task.n_distractors must be >= 0, got {self.n_distractors}")
         require(self.distractors in ("entities", "other"), f"task.distractors: entities | other, got {self.distractors!r}")
         require(self.n_distractors <= self.n_pairs, f"task.n_distractors must be <= n_pairs = {self.n_pairs}")
-        need = 3 * max(self.distances) + 1 + self.n_distractors
-        require(self.seq_len >= need,
-                f"task.seq_len must be >= 3*max(distances)+1+n_distractors = {need}, got {self.seq_len}")
+        if self.n_distractors:  # room for the distractors outside the fact's margin
+            need, rule = 3 * max(self.distances) + 1 + self.n_distractors, "3*max(distances)+1+n_distractors"
+        else:  # the fact alone; seq_len = d + 1 with one distance fixes the layout ("A r.. B" at offset 0)
+            need, rule = max(self.distances) + 1, "max(distances)+1"
+        require(self.seq_len >= need, f"task.seq_len must be >= {rule} = {need}, got {self.seq_len}")
 
 
 @dataclass

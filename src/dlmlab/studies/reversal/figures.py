@@ -90,11 +90,12 @@ def _training_panels(runs, kinds, positions, key, ylabel, title, out, name, capt
 
 def gradient_cosine_figure(runs, kinds, positions, level: float, out: Path) -> dict:
     return _training_panels(
-        runs, kinds, positions, "grad_cos", "cos(grad fwd, grad rev)", "storage-gradient alignment", out,
+        runs, kinds, positions, "storage_grad_cos", "cos(grad fwd, grad rev)", "storage-gradient alignment", out,
         "gradient_cosine",
-        "Solid: per-fact cosine between the forward-loss and the reverse-loss gradients on the storage parameters "
-        "(W_v, W_o; autograd) over training (mean over facts, mean +- std over seeds). Dotted: cosine of the batch "
-        f"gradients on the same parameters. Gray: the study's level {level}.", extra_key="param_cos", hline=level)
+        "Solid: per-fact cosine between the forward-loss and the reverse-loss gradients on the storage column Y[:, B] "
+        "(the study's quantity) over training (mean over facts, mean +- std over seeds). Dotted: the same per-fact "
+        "cosine on the whole value/output weights W_v, W_o (autograd; the definition before issue 27). Gray: the "
+        f"claim's level {level}.", extra_key="grad_cos", hline=level)
 
 
 def reverse_probability_figure(runs, kinds, positions, chance: float, out: Path) -> dict:

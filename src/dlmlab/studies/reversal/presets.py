@@ -1,8 +1,9 @@
 """Typed presets of the reversal study (smoke: CI seconds; cpu: minutes on 2 cores; paper: GPU scale, one-layer
-controlled experiments plus a separate multi-layer part)."""
+controlled experiments plus a separate multi-layer part; ladder: the cpu recipe at several widths)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,7 +57,10 @@ class ReversalPreset(Config):  # checked when built: options, finite numbers, va
     eval_per_fact: int = 1  # evaluation layouts per fact (distances cycle through task.distances)
     max_distance: int = 8  # attention signatures at distances 1..max_distance (< task.seq_len)
     multilayer: TransformerConfig | None = None  # the separate multi-layer part (None: not run)
-    part: Literal["controlled", "multilayer"] = "controlled"  # which part this preset's grid runs
+    # the study's own fixed-layout pair task "A r B" (one layout, no distractors; see fixed_pair_task): the MDM
+    # kinds are trained on it too, for the PE ordering as the study measures it (None: not run)
+    pair_task: PositionalTaskConfig | None = None
+    part: Literal["controlled", "multilayer", "pair"] = "controlled"  # which part this preset's grid runs
     device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
     real: RealDataPreset = field(default_factory=RealDataPreset)
 
@@ -65,14 +69,50 @@ class ReversalPreset(Config):  # checked when built: options, finite numbers, va
         require(len(self.seeds) > 0, "seeds must not be empty")
         require(len(set(self.positions)) == len(self.positions) > 0, "positions must be non-empty and distinct")
         require(len(set(self.kinds)) == len(self.kinds) > 0, "kinds must be non-empty and distinct")
-        require(3 <= self.max_distance < self.task.seq_len,
-                f"max_distance must be in [3, task.seq_len - 1 = {self.task.seq_len - 1}], got {self.max_distance}")
+        if self.part != "pair":  # the pair task is too short for attention probes at several distances
+            require(3 <= self.max_distance < self.task.seq_len,
+                    f"max_distance must be in [3, task.seq_len - 1 = {self.task.seq_len - 1}], got {self.max_distance}")
         require(self.eval_per_fact >= 1, f"eval_per_fact must be >= 1, got {self.eval_per_fact}")
-        if self.part == "controlled":
-            require(self.model.n_layers == 1, "the controlled experiments are one-layer (use multilayer for deeper models)")
-        else:
+        if self.part == "multilayer":
             require(self.model.n_layers > 1 and self.multilayer is None, "the multi-layer part runs one deeper model")
+        else:
+            require(self.model.n_layers == 1, "the controlled experiments are one-layer (use multilayer for deeper models)")
         require(self.multilayer is None or self.multilayer.n_layers > 1, "multilayer must have more than one layer")
+        if self.pair_task is not None:
+            self.pair_task.validate()
+            require(self.pair_task.n_distractors == 0 and len(self.pair_task.distances) == 1
+                    and self.pair_task.seq_len == self.pair_task.distances[0] + 1,
+                    "pair_task must be a fixed layout: one distance d, no distractors, seq_len = d + 1 "
+                    "(use fixed_pair_task)")
+            require(any(k.startswith("mdm") for k in self.kinds), "pair_task needs an MDM kind")
+
+
+def fixed_pair_task(n_pairs: int, gap: int = 1) -> PositionalTaskConfig:
+    """The study's fixed-layout pair task: every fact is the sequence "A r.. B" (``gap`` relation tokens) at the
+    same positions, no distractors, so the forward query is "[M] r.. B" at position 0 and the reverse query
+    "B r.. [M]" at position ``gap + 1``, as in the study's one-layer experiments."""
+    return PositionalTaskConfig(n_pairs=n_pairs, seq_len=gap + 2, distances=[gap + 1], n_distractors=0)
+
+
+@dataclass
+class ReversalLadder(Config):  # checked when built: options, finite numbers, validate()
+    """The scale ladder: the ``base`` recipe (task, steps, seeds, kinds, positions; no real-data part) trained
+    at every model width in ``widths`` (one layer, ``base.model.n_heads`` heads), for the statistics that only
+    scale can settle (:mod:`dlmlab.studies.reversal.ladder`)."""
+
+    base: ReversalPreset = field(default_factory=ReversalPreset)
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
+
+    def validate(self) -> None:
+        self.base.validate()
+        require(not self.base.real.enabled and self.base.multilayer is None and self.base.part == "controlled",
+                "the ladder trains the one-layer controlled grid only (no real-data or multi-layer part)")
+        require(len(self.widths) >= 2 and list(self.widths) == sorted(set(self.widths)),
+                f"ladder widths must be >= 2 distinct increasing values, got {self.widths}")
+        h = self.base.model.n_heads
+        require(all(w >= h and w % h == 0 for w in self.widths),
+                f"every ladder width must be a multiple of n_heads = {h}, got {self.widths}")
+        require(len(self.base.seeds) >= 2, "the ladder needs >= 2 seeds per width for an interval")
 
 
 # Training steps, sized from measured single-thread CPU time per step / evaluation (docs/reversal.md, "Sizing").
@@ -87,15 +127,22 @@ def _smoke() -> ReversalPreset:
     return ReversalPreset(
         task=PositionalTaskConfig(n_pairs=32, seq_len=16, distances=[1, 2, 3], n_distractors=3),
         model=TransformerConfig(d_model=32, n_layers=1, n_heads=4),
-        train=_constant(SMOKE_STEPS, 64, 25), seeds=[0, 1, 2], max_distance=6,
+        train=_constant(SMOKE_STEPS, 64, 25), seeds=[0, 1, 2], max_distance=6, pair_task=fixed_pair_task(32),
+    )
+
+
+def _cpu_synthetic() -> ReversalPreset:
+    """The cpu preset's one-layer grid (offset task and fixed-layout pair task), without the real-data part."""
+    return ReversalPreset(
+        task=PositionalTaskConfig(n_pairs=64, seq_len=24, distances=[1, 2, 3, 4, 5], n_distractors=6),
+        model=TransformerConfig(d_model=64, n_layers=1, n_heads=4),
+        train=_constant(CPU_STEPS, 64, 50), seeds=[0, 1, 2], max_distance=12, pair_task=fixed_pair_task(64),
     )
 
 
 def _cpu() -> ReversalPreset:
-    return ReversalPreset(
-        task=PositionalTaskConfig(n_pairs=64, seq_len=24, distances=[1, 2, 3, 4, 5], n_distractors=6),
-        model=TransformerConfig(d_model=64, n_layers=1, n_heads=4),
-        train=_constant(CPU_STEPS, 64, 50), seeds=[0, 1, 2], max_distance=12,
+    return dataclasses.replace(
+        _cpu_synthetic(),
         real=RealDataPreset(enabled=True, n_facts=10,
                             model=TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_mlp=256),
                             train=TrainConfig(steps=2000, batch_size=32, lr=3e-3, warmup_steps=50, log_every=50)),
@@ -108,7 +155,7 @@ def _paper() -> ReversalPreset:
         task=PositionalTaskConfig(n_pairs=500, seq_len=32, distances=[1, 2, 3, 4, 5, 6, 7], n_distractors=8),
         model=TransformerConfig(d_model=256, n_layers=1, n_heads=8),
         train=_constant(20000, 256, 250), kinds=["mdm", "mdm_mdlm", "arm"], seeds=[0, 1, 2, 3, 4],
-        eval_per_fact=2, max_distance=16,
+        eval_per_fact=2, max_distance=16, pair_task=fixed_pair_task(500),
         multilayer=TransformerConfig(d_model=256, n_layers=4, n_heads=8, d_mlp=1024),
         real=RealDataPreset(enabled=True, model=TransformerConfig(d_model=384, n_layers=6, n_heads=6, d_mlp=1536),
                             train=TrainConfig(steps=20000, batch_size=128, lr=5e-4, warmup_steps=500),
@@ -116,4 +163,13 @@ def _paper() -> ReversalPreset:
     )
 
 
-PRESETS: dict[str, ReversalPreset] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper()}
+# The ladder's widths (one layer, 4 heads) and budget: 15 minutes on 2 idle cores (docs/reversal.md, "Scale ladder").
+LADDER_WIDTHS = [32, 64, 128, 256]
+
+
+def _ladder() -> ReversalLadder:
+    return ReversalLadder(base=_cpu_synthetic(), widths=list(LADDER_WIDTHS))
+
+
+PRESETS: dict[str, ReversalPreset | ReversalLadder] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper(),
+                                                       "ladder": _ladder()}

@@ -27,7 +27,8 @@ from dlmlab.models import Transformer
 from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.report import Table, claim
-from dlmlab.report.claims import combine, not_run, underpowered, verdict_from_interval
+from dlmlab.report.claims import (combine, interval_verdict, learned_level, not_run, precondition_failed,
+                                  underpowered)
 from dlmlab.report.intervals import mean_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
 from dlmlab.studies.reversal.presets import RealDataPreset
@@ -259,40 +260,56 @@ def real_table(real: dict) -> Table:
                  rows,
                  note=f"{real['n_facts']} {'people' if person else 'pairs'}, {real['n_train_docs']} training "
                       f"documents, local BPE of {real['tokenizer_vocab']} tokens; chance = {real['chance']:.3f}. "
-                      f"Mean [95% bootstrap interval] over {len(real['seeds'])} seeds; loss and distinct winners "
+                      f"Mean [95% Student-t interval] over {len(real['seeds'])} seeds; loss and distinct winners "
                       f"are means. Accuracy columns rank by the summed log-likelihood of the completion; "
                       f"'per-token score' by its mean per token; 'distinct winners' counts the candidates that win "
                       f"on some item (1 means the ranking ignores the prompt, e.g. a length bias).")
 
 
-def real_claim(real: dict):
-    """MDM minus ARM reverse accuracy, paired by seed, per PE: holds when every PE's 95% interval is above 0.
+def _learned(real: dict, kind: str, pe: str):
+    """``None`` when every seed's ``kind`` model learned the forward facts (forward accuracy on the held-out
+    templates at :func:`~dlmlab.report.claims.learned_level` of chance), else a precondition verdict."""
+    acc = _per_seed(real, kind, pe, "forward_acc")
+    need = learned_level(real["chance"])
+    if min(acc) >= need:
+        return None
+    return precondition_failed(f"real {kind}/{pe} forward accuracy {min(acc):.3f} (worst of {len(acc)} seeds) < "
+                               f"learned level {need:.3f} (chance {real['chance']:.3g})")
 
-    Verdict: fewer than ``MIN_SEEDS`` seeds -> inconclusive / underpowered; else each PE's interval decides its
-    part (above 0: reproduced; below 0: contradicted; reaching 0: underpowered) and the parts are combined."""
+
+def real_claim(real: dict):
+    """MDM minus ARM reverse accuracy, paired by seed, per PE: holds when every PE's 95% t-interval is above 0.
+
+    Verdict: fewer than ``MIN_SEEDS`` seeds -> inconclusive / underpowered; a PE whose MDM or ARM did not learn the
+    forward facts on some seed -> inconclusive / precondition for that PE (whatever its interval); else each PE's
+    interval decides its part (above 0: reproduced; below 0: contradicted; reaching 0: underpowered) and the
+    parts are combined."""
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
     ev: dict = {"seeds": real["seeds"], "chance": real["chance"]}
     if not pes:
         return claim("real_mdm_beats_arm_reverse", "needs real-data runs", None,
                      judgement=not_run("no real-data run was made"), **ev)
     enough = len(real["seeds"]) >= MIN_SEEDS
-    holds, parts = enough, []
+    parts = []
     for pe in pes:
         mdm, arm = _per_seed(real, "mdm", pe, "reverse_acc"), _per_seed(real, "arm", pe, "reverse_acc")
         d = paired_diff_ci(mdm, arm)
-        holds = holds and d.lo > 0
-        parts.append(verdict_from_interval(d.lo, d.hi, what=f"{pe} MDM - ARM reverse accuracy"))
+        pre = _learned(real, "mdm", pe) or _learned(real, "arm", pe)
+        parts.append(pre or interval_verdict(d, what=f"{pe} MDM - ARM reverse accuracy"))
         ev |= {f"mdm_reverse_acc_{pe}": mdm, f"arm_reverse_acc_{pe}": arm,
-               f"mdm_minus_arm_{pe}": d.mean, f"mdm_minus_arm_{pe}_ci95": [d.lo, d.hi]}
+               f"mdm_forward_acc_{pe}": _per_seed(real, "mdm", pe, "forward_acc"),
+               f"arm_forward_acc_{pe}": _per_seed(real, "arm", pe, "forward_acc"),
+               f"mdm_minus_arm_{pe}": d.mean, f"mdm_minus_arm_{pe}_ci95": [d.lo, d.hi], f"mdm_minus_arm_{pe}_n": d.n}
         ev |= {f"{k}_reverse_acc_per_token_{pe}": _per_seed(real, k, pe, "reverse_acc_per_token") for k in ("mdm", "arm")}
         ev |= {f"{k}_reverse_distinct_argmax_{pe}": _per_seed(real, k, pe, "reverse_distinct_argmax")
                for k in ("mdm", "arm")}
     judgement = (underpowered(f"{len(real['seeds'])} seeds, fewer than the {MIN_SEEDS} the claim needs")
-                 if not enough else combine(parts) if parts else None)
+                 if not enough else combine(parts))
     return claim("real_mdm_beats_arm_reverse",
-                 "On the real person->description facts, trained forward-only, the MDM ranks the true name higher "
-                 "than the ARM on reverse (description -> name) prompts: the MDM-minus-ARM reverse accuracy, paired "
-                 f"by seed over >= {MIN_SEEDS} seeds, has a 95% bootstrap interval above 0 for every positional "
-                 "encoding.", holds, judgement=judgement,
+                 "On the real person->description facts, trained forward-only until both models learned the forward "
+                 "facts, the MDM ranks the true name higher than the ARM on reverse (description -> name) prompts: "
+                 f"the MDM-minus-ARM reverse accuracy, paired by seed over >= {MIN_SEEDS} seeds, has a 95% Student-t "
+                 "interval above 0 for every positional encoding.", judgement.verdict == "reproduced",
+                 judgement=judgement, learned_level=learned_level(real["chance"]),
                  rule="per-seed values and interval are reported; a difference within float noise (an interval "
                       "that reaches 0) does not hold, so machines whose kernels round differently agree", **ev)

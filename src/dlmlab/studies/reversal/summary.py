@@ -14,12 +14,16 @@ DIAGNOSTICS = ("fwd_evidence_alpha", "rev_evidence_alpha", "fwd_evidence_routed"
 
 
 def run_values(run: dict, train_distances: list[int] | None = None) -> dict[str, float]:
-    """Scalars of one run: final metrics, initial reverse p, AUC and mean gradient cosines over training,
-    final diagnostics; ``score_corr_train``: full-score correlation averaged over the training distances."""
+    """Scalars of one run: final metrics, initial reverse p, AUC and mean gradient cosines over training
+    (``storage_grad_cos_mean``: the study's storage-column cosine; ``grad_cos_mean``: the whole-W_v/W_o cosine,
+    the definition before issue 27), final diagnostics; ``score_corr_train``: full-score correlation averaged over
+    the training distances."""
     h = run["history"]
     v = {k: float(run["final"][k]) for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p")}
     v["initial_rev_p"] = float(run["initial_rev_p"])
     v["rev_auc"] = float(np.mean([row["rev_p"] for row in h]))
+    if all("storage_grad_cos" in row for row in h):
+        v["storage_grad_cos_mean"] = float(np.mean([row["storage_grad_cos"] for row in h]))
     v["grad_cos_mean"] = float(np.mean([row["grad_cos"] for row in h]))
     v["param_cos_mean"] = float(np.mean([row["param_cos"] for row in h]))
     d = run["diagnostics"]
@@ -32,7 +36,7 @@ def run_values(run: dict, train_distances: list[int] | None = None) -> dict[str,
 
 def summarize(runs: list[dict], kinds, positions, train_distances: list[int] | None = None) -> dict:
     """{"kind/pe": {"seeds": [...], "values": {metric: [per seed]}, "ci": {metric: interval dict}}}, seeds sorted
-    so that lists of two groups pair up by seed."""
+    so that lists of two groups pair up by seed; intervals: Student-t over the seeds (``n`` in each)."""
     out = {}
     for kind in kinds:
         for pe in positions:
@@ -76,39 +80,54 @@ def tables(summary: dict, kinds, positions, chance: float, part: str | None = No
     groups = [(k, pe) for k in kinds for pe in positions if f"{k}/{pe}" in summary]
     rows = [[LABELS[k], pe, _f(summary, k, pe, "fwd_acc"), _f(summary, k, pe, "rev_acc"), _f(summary, k, pe, "rev_p"),
              len(summary[f"{k}/{pe}"]["seeds"])] for k, pe in groups]
-    title = "Table 1: forward and reverse accuracy, mean [95% interval] over seeds"
+    title = "Table 1: forward and reverse accuracy, mean [95% t-interval] over seeds"
     t1 = Table(title + (f", {part}" if part else ""),
                ["model", "positions", "forward acc", "reverse acc", "reverse p(A)", "seeds"], rows,
                note=f"Forward = the trained query (MDM '[M] r.. B' -> A, ARM 'A r..' -> B); reverse = 'B r.. [M]' / "
                     f"'B r..' -> A, never trained. Chance accuracy among the A entities = {chance:.4f}.")
     out = [t1]
     if "mdm" in kinds:
-        order = [pe for pe in ORDER if pe in positions]
-        rows = []
-        for i, pe in enumerate(order):
-            nxt = order[i + 1] if i + 1 < len(order) else None
-            d = diff(summary, ("mdm", pe), ("mdm", nxt), "rev_p").fmt() if nxt else "-"
-            rows.append([pe, _f(summary, "mdm", pe, "rev_acc"), _f(summary, "mdm", pe, "rev_p"),
-                         f"{pe} - {nxt}: {d}" if nxt else d, _f(summary, "mdm", pe, "fwd_acc")])
-        out.append(Table("Table 2: reverse transfer of the forward-only MDM per positional encoding (primary result)",
-                         ["positions", "final reverse acc", "final reverse p(A)", "paired difference in reverse p",
-                          "forward acc"], rows,
-                         note="Mean [95% percentile-bootstrap interval] over seeds; the paired difference pairs runs "
-                              "of the same seed. pe_ordering holds when both differences exclude 0 above."))
+        out.append(table2(summary, positions, "Table 2: reverse transfer of the forward-only MDM per positional "
+                                              "encoding, offset task (primary result)", "pe_ordering"))
         rows = []
         for k, pe in groups:
             rows.append([LABELS[k], pe, _f(summary, k, pe, "positional_corr"), _f(summary, k, pe, "score_corr_train"),
-                         _f(summary, k, pe, "grad_cos_mean"), _f(summary, k, pe, "param_cos_mean"),
+                         _f(summary, k, pe, "storage_grad_cos_mean"), _f(summary, k, pe, "grad_cos_mean"),
+                         _f(summary, k, pe, "param_cos_mean"),
                          _f(summary, k, pe, "fwd_evidence_alpha"), _f(summary, k, pe, "rev_evidence_alpha"),
                          _f(summary, k, pe, "storage_margin")])
-        out.append(Table("Table 3: storage-routing signatures (mean [95% interval] over seeds)",
+        out.append(Table("Table 3: storage-routing signatures (mean [95% t-interval] over seeds)",
                          ["model", "positions", "positional score corr", "full score corr (train distances)",
-                          "storage grad cos (per fact)", "storage grad cos (batch)", "alpha fwd", "alpha rev",
-                          "storage margin"], rows,
+                          "grad cos on Y[:, B] (per fact)", "grad cos on W_v, W_o (per fact)",
+                          "grad cos on W_v, W_o (batch)", "alpha fwd", "alpha rev", "storage margin"], rows,
                          note="positional score corr: correlation across distances 1..max_distance of the forward and "
                               "reverse query->B score averaged over facts (the positional part); full score corr: "
-                              "correlation across facts at each training distance (content included); storage grad "
-                              "cos: cosine of the forward- and reverse-loss gradients on W_v, W_o (autograd), per "
-                              "fact or of the batch loss, averaged over training; alpha: attention to the evidence "
-                              "(sum over heads); storage margin: Y[A_k, B_k] - mean_a Y[a, B_k]."))
+                              "correlation across facts at each training distance (content included); grad cos on "
+                              "Y[:, B]: per fact, cosine of the forward- and reverse-loss gradients on the storage "
+                              "column of B (the study's quantity, gradient_alignment_positive); on W_v, W_o: the same "
+                              "on the whole value/output weights (autograd; per fact, or of the batch loss; the "
+                              "definition before issue 27); all averaged over the logged training steps; alpha: "
+                              "attention to the evidence (sum over heads); storage margin: Y[A_k, B_k] - mean_a "
+                              "Y[a, B_k]."))
     return out
+
+
+def table2(summary: dict, positions, title: str, claim_id: str) -> Table:
+    """The MDM's final reverse accuracy / p(A) per PE in the study's order and the paired differences."""
+    order = [pe for pe in ORDER if pe in positions]
+    rows = []
+    for i, pe in enumerate(order):
+        nxt = order[i + 1] if i + 1 < len(order) else None
+        d = diff(summary, ("mdm", pe), ("mdm", nxt), "rev_p").fmt() if nxt else "-"
+        rows.append([pe, _f(summary, "mdm", pe, "rev_acc"), _f(summary, "mdm", pe, "rev_p"),
+                     f"{pe} - {nxt}: {d}" if nxt else d, _f(summary, "mdm", pe, "fwd_acc")])
+    return Table(title, ["positions", "final reverse acc", "final reverse p(A)", "paired difference in reverse p",
+                         "forward acc"], rows,
+                 note="Mean [95% Student-t interval] over seeds (n seeds and the method beside each); the paired "
+                      f"difference pairs runs of the same seed. {claim_id} holds when both differences lie above 0.")
+
+
+def pair_table(pair_summary: dict, positions) -> Table:
+    """Table 2 on the study's fixed-layout pair task ("[M] r B" / "B r [M]" at fixed positions)."""
+    return table2(pair_summary, positions, "Table 2b: reverse transfer of the forward-only MDM on the study's "
+                                           "fixed-layout pair task", "pe_ordering_fixed_layout")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 import torch
 
 from dlmlab.analysis.attention_correlation import distance_profile, score_correlation
-from dlmlab.analysis.gradient_alignment import parameter_gradient_cosine, per_query_gradient_cosine, storage_modules
+from dlmlab.analysis.gradient_alignment import (parameter_gradient_cosine, per_query_gradient_cosine,
+                                                storage_gradient_cosine, storage_modules)
 from dlmlab.analysis.reversal import query_eval, query_loss
 from dlmlab.analysis.storage_routing import storage_matrix, storage_margin, storage_routing
 from dlmlab.models import Transformer
@@ -86,9 +88,11 @@ def card_fields(task: PositionalRelations, kind: str) -> dict:
 
 
 def track(model: Transformer, task: PositionalRelations, kind: str, lay: Layout) -> dict:
-    """Metrics logged over training on the fixed evaluation layout: forward/reverse acc & p(correct), the
-    per-fact autograd cosine of forward and reverse NLL gradients on the storage parameters (W_v, W_o),
-    the cosine of the batch gradients on the same parameters, evidence alpha."""
+    """Metrics logged over training on the fixed evaluation layout: forward/reverse acc & p(correct); the
+    study's storage-gradient alignment ``storage_grad_cos``: per fact, the cosine of the forward- and
+    reverse-NLL gradients on the storage column Y[:, B] (:func:`storage_gradient_cosine`), mean over facts;
+    ``grad_cos`` (the definition before issue 27): the per-fact autograd cosine on the whole W_v, W_o;
+    the cosine of the batch gradients on W_v, W_o; evidence alpha."""
     fwd, rev = queries(task, kind, lay, _dev(model))
     ex = (task.mask_id,)
     f, r = query_eval(model, fwd, ex), query_eval(model, rev, ex)
@@ -97,6 +101,7 @@ def track(model: Transformer, task: PositionalRelations, kind: str, lay: Layout)
     srf, srr = storage_routing(model, fwd, exclude=ex), storage_routing(model, rev, exclude=ex)
     return {
         "fwd_acc": f["acc"], "fwd_p": f["p_correct"], "rev_acc": r["acc"], "rev_p": r["p_correct"],
+        "storage_grad_cos": float(storage_gradient_cosine(model, fwd, rev, exclude=ex, splits=(srf, srr)).mean()),
         "grad_cos": float(per_query_gradient_cosine(model, fwd, rev, mods, exclude=ex).mean()),
         "param_cos": parameter_gradient_cosine(model, fwd, rev, params, exclude=ex),
         "fwd_alpha": float(srf.evidence_alpha.sum(1).mean()), "rev_alpha": float(srr.evidence_alpha.sum(1).mean()),
@@ -118,9 +123,10 @@ def attention_signatures(model: Transformer, task: PositionalRelations, max_dist
     }
 
 
-def final_diagnostics(model: Transformer, task: PositionalRelations, kind: str, lay: Layout, max_distance: int) -> dict:
+def final_diagnostics(model: Transformer, task: PositionalRelations, kind: str, lay: Layout, max_distance: int,
+                      signatures: bool = True) -> dict:
     """Storage-routing split of the target's logit margin (vs. the other entities of its type) in the forward
-    and the reverse query, the storage margin and (MDM) the attention signatures."""
+    and the reverse query, the storage margin and (MDM, ``signatures``) the attention signatures."""
     dev = _dev(model)
     fwd, rev = queries(task, kind, lay, dev)
     ex = (task.mask_id,)
@@ -134,13 +140,15 @@ def final_diagnostics(model: Transformer, task: PositionalRelations, kind: str, 
         out[f"{name}_evidence_storage"] = float(sr.evidence_storage.sum(1).mean())
     Y = storage_matrix(model, task.b_ids, task.a_ids)  # [H, N_A, N_B]: does B single out its A?
     out["storage_margin"] = float(storage_margin(Y, torch.arange(task.cfg.n_pairs, device=Y.device)).mean())
-    if kind.startswith("mdm"):
+    if kind.startswith("mdm") and signatures:
         out.update(attention_signatures(model, task, max_distance))
     return out
 
 
 def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progress: bool = True) -> dict:
-    """Train one model forward-only; returns {kind, positions, seed, history[...], final{...}, diagnostics{...}}."""
+    """Train one model forward-only on ``preset.task``; returns {kind, positions, seed, part, history[...],
+    final{...}, diagnostics{...}, cpu_seconds} (``cpu_seconds``: this process's CPU time for the run)."""
+    c0 = time.process_time()
     task = PositionalRelations(preset.task, seed)
     lay = task.eval_layout(preset.eval_per_fact, seed)
     model = build_model(preset, task, kind, positions, seed).to(resolve_device(preset.device))
@@ -154,14 +162,17 @@ def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progre
         history.append({"step": row["step"], "loss": row.get("loss"),
                         **{k[5:]: v for k, v in row.items() if k.startswith("eval_")}})
     final = history[-1]
-    return {
-        "kind": kind, "positions": positions, "seed": seed,
+    out = {
+        "kind": kind, "positions": positions, "seed": seed, "part": preset.part,
         "chance": 1.0 / task.n_choices,
         "history": history,
-        "final": {k: final[k] for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p", "grad_cos")},
+        "final": {k: final[k] for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p", "storage_grad_cos", "grad_cos")},
         "initial": {k: history[0][k] for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p")},
         "initial_rev_p": history[0]["rev_p"],
-        "diagnostics": final_diagnostics(model, task, kind, lay, preset.max_distance),
+        "diagnostics": final_diagnostics(model, task, kind, lay, preset.max_distance,
+                                         signatures=preset.part != "pair"),
         "params": model.num_params(),
         "final_loss": final.get("loss", math.nan),
     }
+    out["cpu_seconds"] = time.process_time() - c0
+    return out
