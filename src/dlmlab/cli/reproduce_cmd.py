@@ -1,4 +1,4 @@
-"""dlmlab reproduce STUDY --preset {smoke,cpu,paper} --out DIR
+"""dlmlab reproduce STUDY --preset {smoke,cpu,paper,ladder} --out DIR
 
 One study writes DIR/results.json, DIR/report.md, DIR/figures/ and DIR/report.html (the page ``reproduce all``
 writes, with this study alone); ``all`` writes DIR/<study>/ per study and one DIR/report.html."""
@@ -19,8 +19,9 @@ from dlmlab.training.distributed import is_main_process
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # studies.STUDIES read now, not bound at import (tests replace it with fakes)
     p.add_argument("study", choices=[*studies.STUDIES, "all"], help="which study to run")
-    p.add_argument("--preset", default="cpu", choices=["smoke", "cpu", "paper"],
-                   help="smoke: seconds, for CI; cpu: minutes on 2 cores; paper: the study's scale, for a GPU")
+    p.add_argument("--preset", default="cpu", choices=["smoke", "cpu", "paper", "ladder"],
+                   help="smoke: seconds, for CI; cpu: minutes on 2 cores; paper: the study's scale, for a GPU; "
+                        "ladder: one study's scale statistics at 3-4 model sizes (not for all)")
     p.add_argument("--out", required=True,
                    help="output directory (results.json, report.md, figures/); one run at a time per directory")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
