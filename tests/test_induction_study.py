@@ -27,14 +27,12 @@ def test_smoke_pipeline_writes_everything(tmp_path):
         assert (c["holds"] is True) == (c["verdict"] == "reproduced"), (c["id"], c["verdict"], c["holds"])
         assert c["holds"] is not None or c["reason"] in ("not_run", "precondition"), (c["id"], c["reason"])
     # the seeded smoke run's verdicts (`dlmlab reproduce induction --preset smoke`)
+    # (issue 27: every claim now first checks that its model learned induction, which 40 smoke steps never do)
     assert {c["id"]: (c["verdict"], c["reason"]) for c in res["claims"]} == {
-        "dlm_beats_ar_with_both_sides": ("reproduced", None), "left_only_not_better_than_ar": ("reproduced", None),
-        "both_approx_left_plus_right": ("reproduced", None), "two_layers_needed": ("inconclusive", "precondition"),
-        "prev_and_next_token_heads_in_layer0": ("inconclusive", "precondition"),
-        "induction_heads_ablation_drop": ("inconclusive", "precondition"),
-        "mask_rate_probe_r2": ("contradicted", None), "mask_rate_patch_raises_entropy": ("contradicted", None),
-        "local_window_sensitivity": ("inconclusive", "precondition"),
-        "q_and_k_composition_in_induction_heads": ("reproduced", None)}
+        cid: ("inconclusive", "precondition") for cid in CLAIM_IDS}
+    fold_ = res["results"]["models"]["dlm_L2"]["fold"]
+    assert {"folded_accuracy", "single_scale_folded_accuracy", "accuracy_gap"} <= set(fold_)
+    assert "probe_full_range" in res["results"]["models"]["dlm_L2"]
     r2 = next(c for c in res["claims"] if c["id"] == "mask_rate_probe_r2")
     assert isinstance(r2["evidence"]["value"], float)
     names = {f["path"] for f in res["figures"]}

@@ -259,8 +259,12 @@ def _setup(p: InductionPreset, data) -> str:
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
+    from dlmlab.studies.induction import ladder
+
+    if preset in ladder.LADDERS:  # the scale ladder (its own command: --preset ladder)
+        return ladder.run(preset, Path(out), progress)
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS) + sorted(ladder.LADDERS)}")
     p = PRESETS[preset]
     p.validate()
     with torch_threads(p.threads):
