@@ -97,7 +97,7 @@ def test_claims_computed_from_cells(smoke):
     L = PRESETS["smoke"].train_len
 
     def acc(c, a):  # set the cell's accuracy at the training length (the claims judge "learned" from it)
-        c["acc_by_len"] = dict(c["acc_by_len"], **{L: a})
+        c["acc_by_len"] = {**c["acc_by_len"], L: a}
 
     # a fabricated cell set flips a claim: the claims really read the measurements
     fake = {k: dict(v) for k, v in cells.items()}

@@ -155,8 +155,12 @@ def eval_data(task, p: StatePreset) -> EvalData:
 
 
 def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool = True,
-             analyse: bool = True) -> dict:
+             analyse: bool | str = True, until_learned: bool | None = None) -> dict:
     """Train ``variant`` on ``task`` (seed ``p.seed``) and analyse it -> a JSON-able dict of measurements.
+
+    ``analyse``: True (every analysis of :func:`analyse_model`), ``"probes"`` (the probes only) or False;
+    ``until_learned``: stop once learned (None: ``p.until_learned``; the Conv1D comparison passes False so both
+    arms train the same steps).
 
     ``acc_by_len`` {length: per-token accuracy}; ``acc_per_seq`` {length: [eval_seqs] per-sequence
     accuracy}; ``chance`` {length: majority-label rate}; ``above_chance`` (at ``train_len``: accuracy >=
@@ -171,7 +175,8 @@ def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool 
 
     t0 = time.perf_counter()
     check = check_set(task, p)
-    stop_at = learned_level(majority_rate(check[1]), p.stop_fraction) if p.until_learned else None
+    until_learned = p.until_learned if until_learned is None else until_learned
+    stop_at = learned_level(majority_rate(check[1]), p.stop_fraction) if until_learned else None
     hist = train_on_task(model, task, p, progress, desc=f"{variant}/{task.name}", arch=variant, check=check,
                          stop_at=stop_at)
     cell: dict = {"arch": variant, "task": task.name, "seed": p.seed, "params": count_params(model),
@@ -191,7 +196,7 @@ def run_cell(variant: str, task, data: EvalData, p: StatePreset, progress: bool 
     cell["learned_level"] = learned_level(data.chance[p.train_len], p.learned_fraction)
     cell["learned"] = bool(cell["acc_by_len"][p.train_len] >= cell["learned_level"])
     if analyse:
-        cell.update(analyse_model(model, data, p))
+        cell.update(analyse_model(model, data, p, probes_only=analyse == "probes"))
     return cell
 
 
@@ -200,9 +205,10 @@ def _subset(by_len: dict, n: int, lens=None) -> dict:
     return {L: (x[:n], y[:n]) if n else (x, y) for L, (x, y) in by_len.items() if not lens or L in lens}
 
 
-def analyse_model(model, data: EvalData, p: StatePreset) -> dict:
+def analyse_model(model, data: EvalData, p: StatePreset, probes_only: bool = False) -> dict:
     """Probes per layer; ablations at the best block (all lengths); per-layer probe-subspace ablation against a
-    random subspace of equal rank; activation patching per position and layer."""
+    random subspace of equal rank; activation patching per position and layer (``probes_only``: the probes,
+    best layer / block and ``n_layers`` only)."""
     t1 = time.perf_counter()
     cell: dict = {}
     names = residual_layers(model)
@@ -217,6 +223,9 @@ def analyse_model(model, data: EvalData, p: StatePreset) -> dict:
     cell["best_layer"] = best
     cell["best_block"] = block
     cell["n_layers"] = len(names) - 1
+    if probes_only:
+        cell["analysis_time_s"] = time.perf_counter() - t1
+        return cell
     # ablations at the best block, at every evaluation length
     hook, bp = names[block], probes[block].probe
     D = states[hook].shape[-1]

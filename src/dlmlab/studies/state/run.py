@@ -47,8 +47,12 @@ Key = tuple  # (variant, task, seed); seed 0 of a main architecture is its analy
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
+    from dlmlab.studies.state.ladder import LADDERS, run_ladder
+
+    if preset in LADDERS:  # the scale ladder: its own command, not part of `reproduce all`
+        return run_ladder(preset, Path(out), progress)
     if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+        raise ConfigError(f"unknown preset {preset!r}; choose from {sorted(PRESETS) + sorted(LADDERS)}")
     p: StatePreset = dataclasses.replace(PRESETS[preset])
     env_paths = [s for s in os.environ.get(ENV_PRETRAINED, "").split(",") if s.strip()]
     if env_paths:
@@ -167,11 +171,17 @@ def _cell_config(p: StatePreset) -> dict:
     return {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(p))).items() if k not in _PRETRAINED_FIELDS}
 
 
-def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path) -> dict:
-    """One job (possibly on a worker process): train (and for a main cell analyse) one run, then save it."""
-    v, _, s = key
+def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path, analyse: bool | str | None = None) -> dict:
+    """One job (possibly on a worker process): train (and for a main cell analyse) one run, then save it.
+    ``analyse`` None: a main cell (seed 0) is analysed fully, other runs not.  Runs of the Conv1D comparison
+    train their full steps (no stop once learned), so both arms get the same budget."""
+    v, t, s = key
     cpu0 = time.process_time()
-    cell = run_cell(v, task, data, seeded(p, s), progress=progress, analyse=(s == 0 and v != "mamba-noconv"))
+    if analyse is None:
+        analyse = s == 0 and v != "mamba-noconv"
+    conv = p.conv_ablation and v in ("mamba", "mamba-noconv") and t in p.conv_tasks
+    cell = run_cell(v, task, data, seeded(p, s), progress=progress, analyse=analyse,
+                    until_learned=False if conv else None)
     cell["cpu_time_s"] = time.process_time() - cpu0  # this job's CPU seconds (one thread): for budgeting
     if is_main_process():
         path = _cell_path(out, key)
