@@ -15,6 +15,7 @@ COMMANDS = {
     "compare": "print how two reproduction runs' results and claims (or two training runs) differ",
     "rate": "serve a blind pairwise preference page for samples (`dlmlab sample --out` files)",
     "sample": "decode text from a masked-diffusion run (orders, blocks, caches, infilling)",
+    "lm-eval": "run the lm-evaluation-harness on a run or Hugging Face folder (harness flags pass through)",
 }
 
 EPILOG = """examples:
@@ -54,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         try:
-            mod = importlib.import_module(f"dlmlab.cli.{name}_cmd")
+            mod = importlib.import_module(f"dlmlab.cli.{name.replace('-', '_')}_cmd")
         except ModuleNotFoundError as e:
-            if e.name == f"dlmlab.cli.{name}_cmd":
+            if e.name == f"dlmlab.cli.{name.replace('-', '_')}_cmd":
                 continue
             raise
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_formatter)
@@ -70,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     prints ``dlmlab COMMAND: error: ...`` on one line and returns 2, as argparse does for bad
     arguments; any other exception propagates with its traceback (exit code 1)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "_passthrough", False):  # only a pass-through command (lm-eval) takes them
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args._extra = extra
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

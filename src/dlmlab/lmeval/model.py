@@ -76,6 +76,23 @@ class DlmlabLM(TemplateLM):
 
         self._ar_kwargs = {"attn_mask": "causal"} if not self.is_diffusion and _keywords(self.run.model)[0] else {}
 
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "DlmlabLM":
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "DlmlabLM":
+        """``--model_args`` win over the harness's own ``--batch_size`` / ``--device`` (its defaults, e.g.
+        batch size 1, would otherwise override ``batch_size=`` in the model arguments)."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        if str(extra.get("batch_size", "")) == "1":
+            extra.pop("batch_size")  # the harness's default: keep dlmlab's
+        if str(extra.get("device", "")).startswith("cuda") and not torch.cuda.is_available():
+            extra.pop("device")  # the harness's default device where there is no GPU: the CPU
+        return cls(**arg_dict, **extra)
+
     # ------------------------------------------------------------------ what the harness reads
     @property
     def device(self):

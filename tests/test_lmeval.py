@@ -1,0 +1,222 @@
+"""The lm-evaluation-harness backend ``dlmlab`` (dlmlab.lmeval), offline: its peer the harness's own ``hf`` backend on
+a tiny random GPT-2 folder written here (same loglikelihoods, rolling perplexities, generations and task scores), a
+tiny masked-diffusion run through ``lm_eval.simple_evaluate`` and ``dlmlab lm-eval``, the rolling bound against
+``dlmlab eval``'s ELBO bound, and the Monte Carlo estimators against the exact NELBO."""
+
+import functools
+import json
+import math
+import os
+
+import pytest
+import torch
+
+lm_eval = pytest.importorskip("lm_eval")
+transformers = pytest.importorskip("transformers")
+
+from dlmlab.cli.main import main  # noqa: E402
+from dlmlab.lmeval import DlmlabLM, task_manager  # noqa: E402
+from dlmlab.lmeval import estimators as E  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TASKS = ["dlmlab_reversal_mc", "dlmlab_wikitext2", "dlmlab_repeat_gen"]
+
+
+@functools.lru_cache(maxsize=1)
+def _task_chars() -> str:
+    """Every character of the task texts the tests read (so a char tokenizer covers them)."""
+    from dlmlab.lmeval.tasks import utils
+
+    pages = utils.wikitext2()["test"]["page"][:3]
+    mc = utils.reversal_mc()["test"]
+    rows = [r["prompt"] + " ".join(r["choices"]) for r in mc]
+    return "".join(sorted(set("".join(pages + rows) + "Repeat:\nAgain ")))
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    """A tiny random GPT-2 folder with a character tokenizer (EOS included)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    path = tmp_path_factory.mktemp("gpt2")
+    chars = _task_chars()
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({"[EOS]": len(vocab), "[UNK]": len(vocab) + 1})
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=16, n_head=2, vocab_size=len(vocab), n_positions=256, bos_token_id=None, eos_token_id=None,
+    )).eval().save_pretrained(path)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = decoders.Fuse()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]").save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mdlm_run(tmp_path_factory):
+    """A tiny masked-diffusion run (char tokenizer over the task texts), trained a few steps."""
+    d = tmp_path_factory.mktemp("mdlm")
+    corpus = d / "corpus.txt"
+    chars = _task_chars()
+    g = torch.Generator().manual_seed(0)
+    corpus.write_text("".join(chars[i] for i in torch.randint(0, len(chars), (3000,), generator=g).tolist()) + chars)
+    cfg = d / "mdlm.yaml"
+    cfg.write_text(f"objective: mdlm\nmodel: {{d_model: 16, n_layers: 1, n_heads: 2, d_mlp: 32, max_seq_len: 32, "
+                   f"positions: rope, attn_mask: bidirectional}}\ndata: {{source: {corpus}, tokenizer: char, seq_len: 32}}\n"
+                   "train: {steps: 3, batch_size: 4, lr: 1.0e-3, progress: false}\neval_batches: 4\n")
+    assert main(["train", str(cfg), "--out", str(d / "run")]) == 0
+    return d / "run"
+
+
+def _evaluate(lm, tasks, limit):
+    return lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager(include_defaults=False), limit=limit, log_samples=True)
+
+
+def _scores(res) -> dict:
+    return {t: {k: v for k, v in d.items() if k not in ("name", "alias", "sample_len")} for t, d in res["results"].items()}
+
+
+def test_hf_backend_and_dlmlab_agree_on_a_tiny_gpt2(gpt2_folder):
+    from lm_eval.models.huggingface import HFLM
+
+    ours = _evaluate(DlmlabLM(path=str(gpt2_folder), batch_size=16), TASKS, 3)
+    peer = _evaluate(HFLM(pretrained=str(gpt2_folder), batch_size=16, device="cpu"), TASKS, 3)
+    for task in TASKS:
+        a, b = ours["samples"][task], peer["samples"][task]
+        assert len(a) == len(b) == 3
+        for x, y in zip(a, b):
+            for ra, rb in zip(x["resps"], y["resps"]):
+                ra, rb = ra[0], rb[0]
+                if isinstance(ra, str):  # a generation
+                    assert ra == rb
+                elif isinstance(ra, (tuple, list)):  # (loglikelihood, is_greedy)
+                    assert ra[0] == pytest.approx(rb[0], rel=1e-5, abs=1e-4) and ra[1] == rb[1]
+                else:  # a rolling loglikelihood
+                    assert ra == pytest.approx(rb, rel=1e-5)
+    sa, sb = _scores(ours), _scores(peer)
+    for task in TASKS:
+        for k, v in sb[task].items():
+            if isinstance(v, str):  # e.g. "N/A" for a standard error the harness does not compute
+                assert sa[task][k] == v
+            else:
+                assert sa[task][k] == pytest.approx(v, rel=1e-5, abs=1e-9), (task, k)
+
+
+def test_estimators_are_unbiased_for_the_exact_nelbo():
+    """A synthetic CE (position difficulty + a mask-count effect + a pattern term) whose exact NELBO is known."""
+    L = 6
+    base = torch.tensor([0.2, 2.5, 0.7, 1.9, 0.1, 1.2], dtype=torch.float64)
+
+    def ce(masks):
+        n = masks.sum(1, keepdim=True).double()
+        pattern = torch.sin(masks.double() @ torch.arange(1.0, L + 1, dtype=torch.float64))[:, None]
+        return base[None] * (1 + 0.3 * n) + 0.2 * pattern
+
+    exact, se0 = E.combine("dlmlab", E.exact_masks(L), ce(E.exact_masks(L)))
+    assert se0 == 0.0 and E.is_exact("dlmlab", L, 63) and not E.is_exact("dlmlab", L, 62)
+    # LLaDA's counts round k + j L / b to the nearest even on ties (as its code does), which favours even
+    # counts when j L / b hits .5: b = 3 keeps clear of ties for L = 6
+    for method, K, b in (("llada", 9, 3), ("dlmlab", 8, 8)):
+        vals, ses = [], []
+        for seed in range(400):
+            masks = E.plan(method, L, K, torch.Generator().manual_seed(seed), batch=b)
+            assert masks.shape == (K, L) and bool((masks.sum(1) >= 1).all())
+            v, s = E.combine(method, masks, ce(masks))
+            vals.append(v)
+            ses.append(s)
+        v = torch.tensor(vals)
+        err = v.std() / math.sqrt(len(vals))
+        assert abs(v.mean() - exact) < 4 * err, (method, float(v.mean()), exact)
+        # the reported standard error is of the right size (collapsed strata: not below the real spread)
+        assert 0.7 * v.std() < torch.tensor(ses).mean() < 2.0 * v.std()
+
+
+def test_masked_diffusion_run_through_the_harness(mdlm_run):
+    lm = DlmlabLM(path=str(mdlm_run), mc_num=4, batch_size=64, gen_steps=4, block_len=8)
+    res = _evaluate(lm, TASKS, 2)
+    s = _scores(res)
+    assert 0 <= s["dlmlab_reversal_mc"]["acc,none"] <= 1 and 0 <= s["dlmlab_repeat_gen"]["exact_match,strip"] <= 1
+    assert math.isfinite(s["dlmlab_wikitext2"]["bits_per_byte,none"])
+    kinds = {r["kind"] for r in lm.stats}
+    assert {"loglikelihood", "rolling"} <= kinds
+    assert all(r["se"] >= 0 and math.isfinite(r["se"]) for r in lm.stats)
+    # the same request scores the same wherever it is batched (draws seeded per request)
+    ctx, cont = lm.tok_encode("Repeat: a"), lm.tok_encode("bc defgh")
+    one = lm.score_pairs([(ctx, cont)])[0]
+    two = lm.score_pairs([(lm.tok_encode("xy"), cont), (ctx, cont)])[1]
+    assert one.loglik == two.loglik and one.se == two.se > 0
+
+
+def test_one_forward_serves_several_short_continuations(mdlm_run):
+    """One-token answers after one prompt: exact (every subset), and the masked row is shared by all of them."""
+    lm = DlmlabLM(path=str(mdlm_run), mc_num=8, greedy_check=False)
+    ctx = lm.tok_encode("Repeat: ab")
+    scores = lm.score_pairs([(ctx, lm.tok_encode(c)) for c in "xyz"])
+    assert lm.scorer.last_forwards == 1 and all(s.se == 0 for s in scores)
+    logits = lm.run.model(torch.tensor([ctx + [lm.run.mask_id]]))[0, -1]
+    logits[lm.run.mask_id] = -math.inf
+    for c, s in zip("xyz", scores):
+        assert s.loglik == pytest.approx(float(logits.log_softmax(-1)[lm.tok_encode(c)[0]]), abs=1e-5)
+
+
+def test_rolling_bound_matches_dlmlab_eval(mdlm_run, capsys):
+    """The rolling ELBO bound over dlmlab eval's own windows equals its bound within their standard errors."""
+    from dlmlab.data import load_corpus
+    from dlmlab.data.lm import TokenStream
+    from dlmlab.training.lm import load_run, run_objective
+
+    assert main(["eval", str(mdlm_run)]) == 0
+    nelbo_eval = json.loads(capsys.readouterr().out)["nelbo"]
+    model, cfg, tok = load_run(str(mdlm_run))
+    stream, _ = load_corpus(cfg.data, tok)
+    T = cfg.data.seq_len
+    x = TokenStream.chunks(stream.val, T + 1, limit=cfg.eval_batches * cfg.train.batch_size)[:, :T]
+    # dlmlab eval's own estimator, replicated with other seeds: its standard error
+    obj = run_objective(cfg, tok.vocab_size)
+    reps = []
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            b = [obj.loss(model, obj.make_batch(xb, g))[0].item() for xb in x.split(cfg.train.batch_size)]
+        reps.append(sum(b) / len(b))
+    se_eval = float(torch.tensor(reps).std())
+    lm = DlmlabLM(path=str(mdlm_run), mc_num=16, greedy_check=False)
+    docs = [tok.decode(row.tolist()) for row in x]
+    assert all(lm.tok_encode(d) == row.tolist() for d, row in zip(docs, x))
+    ll = lm.loglikelihood_rolling([lm_eval.api.instance.Instance("loglikelihood_rolling", {}, (d,), 0) for d in docs])
+    rolls = [r for r in lm.stats if r["kind"] == "rolling"]
+    n_tok = x.numel()
+    nelbo = -sum(ll) / n_tok
+    se = math.sqrt(sum(r["se"] ** 2 for r in rolls)) / n_tok
+    assert abs(nelbo - nelbo_eval) < 3 * math.hypot(se, se_eval), (nelbo, nelbo_eval, se, se_eval)
+
+
+def test_generation_batches_unequal_prompts_as_one_by_one(mdlm_run, gpt2_folder):
+    from lm_eval.api.instance import Instance
+
+    kw = {"until": ["\n"], "max_gen_toks": 6}
+    prompts = ["Repeat: ab\nAgain:", "Re", "Repeat: abcdef\nAgain:", "Rep"]
+    for path, extra in ((mdlm_run, {"gen_steps": 3, "block_len": 3}), (gpt2_folder, {})):
+        lm = DlmlabLM(path=str(path), batch_size=4, **extra)
+        reqs = [Instance("generate_until", {}, (p, kw), i) for i, p in enumerate(prompts)]
+        together = lm.generate_until(reqs)
+        alone = [lm.generate_until([r])[0] for r in reqs]
+        assert together == alone and all("\n" not in t for t in together)
+
+
+def test_cli_runs_the_harness(gpt2_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["lm-eval", "--model_args", f"path={gpt2_folder},batch_size=4", "--tasks", "dlmlab_reversal_mc",
+                 "--limit", "2", "--output_path", str(out)]) == 0
+    assert "dlmlab_reversal_mc" in capsys.readouterr().out
+    assert list(out.rglob("results_*.json"))
+    assert main(["lm-eval", "--model", "hf", "--model_args", f"path={gpt2_folder}", "--tasks", "x"]) == 2
+    assert "dlmlab model" in capsys.readouterr().err
+    assert main(["lm-eval", "--model_args", f"path={tmp_path / 'nowhere'}", "--tasks", "dlmlab_reversal_mc"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # other commands still refuse unknown flags
+        main(["eval", str(gpt2_folder), "--no-such-flag"])
