@@ -156,7 +156,7 @@ def _hf(kind, tmp_path):
     return run.model, run.mask_id, run.shift_logits
 
 
-@pytest.mark.parametrize("kind", ["transformer", "prediff", "mamba", "llada", "dream"])
+@pytest.mark.parametrize("kind", ["transformer", "prediff", "mamba", "mamba2", "gru", "llada", "dream"])
 def test_every_denoiser_caches_what_a_fresh_forward_computes(kind, tmp_path):
     shift = False
     if kind == "transformer":
@@ -164,9 +164,9 @@ def test_every_denoiser_caches_what_a_fresh_forward_computes(kind, tmp_path):
     elif kind == "prediff":
         model = _prediff()
         mask = model.mask_id
-    elif kind == "mamba":
+    elif kind in ("mamba", "mamba2", "gru"):  # families trained to denoise with their own (causal) mask
         torch.manual_seed(0)
-        model = ModelDenoiser(build_model("mamba", vocab_size=V, d_model=16, n_layers=2).eval(), MASK, allow_causal=True)
+        model = ModelDenoiser(build_model(kind, vocab_size=V, d_model=16, n_layers=2).eval(), MASK, allow_causal=True)
         mask = MASK
     else:
         model, mask, shift = _hf(kind, tmp_path)
@@ -174,11 +174,11 @@ def test_every_denoiser_caches_what_a_fresh_forward_computes(kind, tmp_path):
     prompt = torch.randint(0, 20, (B, P), generator=torch.Generator().manual_seed(3))
     point = "blocks.1.resid_post"
     cfg = DecodeConfig(steps=4, self_cond=False)
-    kw = {} if kind in ("prediff", "mamba") else {"mask_id": mask, "shift_logits": shift}
+    kw = {} if kind in ("prediff", "mamba", "mamba2", "gru") else {"mask_id": mask, "shift_logits": shift}
     plain = generate(model, prompt, 8, cfg, _g(), **kw)
     traj = generate_with_cache(model, prompt, 8, cfg, _g(), names_filter=[point], **kw)
     assert torch.equal(traj.tokens, plain.tokens) and traj.exact
-    hooked = {"prediff": getattr(model, "backbone", None), "mamba": getattr(model, "model", None)}.get(kind, model)
+    hooked = getattr(model, "backbone", None) if kind == "prediff" else getattr(model, "model", model)
     s = 2
     x = traj.step_input(s)
     with torch.no_grad(), hooked.cache([point]) as c:

@@ -78,3 +78,30 @@ def test_lens_needs_its_points():
                                mask_id=MASK, names_filter=["blocks.0.resid_post"])
     with pytest.raises(UserError, match="lens_points"):
         trajectory_lens(traj, m)
+
+
+@pytest.mark.parametrize("family", ["mamba", "mamba2"])
+def test_lens_on_a_recurrent_family_trained_to_denoise(family):
+    from dlmlab.models.factory import build_model
+    from dlmlab.sampling import ModelDenoiser
+
+    torch.manual_seed(0)
+    den = ModelDenoiser(build_model(family, vocab_size=V, d_model=16, n_layers=2).eval(), MASK, allow_causal=True)
+    prompt = torch.randint(0, MASK, (2, P), generator=torch.Generator().manual_seed(1))
+    traj = generate_with_cache(den, prompt, 6, DecodeConfig(steps=3), torch.Generator().manual_seed(2),
+                               names_filter=lens_points(den.model))
+    lens = trajectory_lens(traj, den)
+    for s, rec in enumerate(traj.records):
+        cand = rec.top_ids[..., 0] >= 0
+        assert torch.equal(lens.top_ids[s, -1][cand], rec.top_ids[cand])
+
+
+def test_lens_refuses_a_model_without_residual_stream_in_one_line():
+    from dlmlab.models.factory import build_model
+    from dlmlab.sampling import ModelDenoiser
+
+    den = ModelDenoiser(build_model("gru", vocab_size=V, d_model=16, n_layers=2).eval(), MASK, allow_causal=True)
+    traj = generate_with_cache(den, torch.zeros(1, P, dtype=torch.long), 4, DecodeConfig(steps=2),
+                               names_filter=lens_points(den.model))
+    with pytest.raises(UserError, match="residual stream"):
+        trajectory_lens(traj, den)

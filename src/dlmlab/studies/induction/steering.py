@@ -169,7 +169,7 @@ def run_steering(model, mask_id: int, tokens: torch.Tensor, *, t_range: tuple[fl
     else:
         reader = reader_from_direction(model, fit_rows, mask_id, direction, point, t_range, seed)
     P = T - max(1, int(round(t_range[1] * T)))
-    canvas = prompts.clone()
+    canvas = prompts.clone().to(model_device(model))
     canvas[:, P:] = mask_id
     cfg = DecodeConfig(threshold=threshold, order="confidence")
     was = model.training
