@@ -33,6 +33,11 @@ def test_smoke_pipeline_writes_everything(tmp_path):
     fold_ = res["results"]["models"]["dlm_L2"]["fold"]
     assert {"folded_accuracy", "single_scale_folded_accuracy", "accuracy_gap"} <= set(fold_)
     assert "probe_full_range" in res["results"]["models"]["dlm_L2"]
+    from dlmlab.studies.induction import fold_check  # the fold's accuracies for trained run folders
+
+    row = fold_check.check(tmp_path / "runs" / "dlm_L2")
+    assert row["accuracy"] == pytest.approx(fold_["accuracy"]) and row["step"] == 40
+    assert row["folded_accuracy"] == pytest.approx(fold_["folded_accuracy"])
     r2 = next(c for c in res["claims"] if c["id"] == "mask_rate_probe_r2")
     assert isinstance(r2["evidence"]["value"], float)
     names = {f["path"] for f in res["figures"]}

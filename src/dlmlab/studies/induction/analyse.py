@@ -32,6 +32,28 @@ def n_ids(p: InductionPreset, vocab: RepeatedVocab) -> int:
     return vocab.text_vocab if p.random_ids == "text" else p.n_random
 
 
+def fold_and_measure(model, objective: str, eval_tokens: torch.Tensor, dlm_rows: torch.Tensor | None, mask_id: int,
+                     metric, base: float | None = None) -> tuple[torch.nn.Module, dict]:
+    """The study's folded, LayerNorm-free model and its accuracy beside the model's -> (folded model, dict).
+
+    The LayerNorm scales are frozen per position (DLM: per position and mask / other token) at their mean over
+    the first half of the evaluation inputs the accuracy is measured on (AR: ``eval_tokens`` [B, T]; DLM:
+    ``dlm_rows`` [N, T], the rows with one masked target); the KL / arg-max gap is measured on the other half.
+    ``single_scale_folded_accuracy``: the old fold (one frozen scale per norm), for comparison."""
+    ref = eval_tokens if objective == "ar" else dlm_rows
+    fit, held = ref[: max(1, ref.shape[0] // 2)], ref[ref.shape[0] // 2:]
+    scales = fold.norm_scales(model, fit, per_position=True, token_class=None if objective == "ar" else mask_id)
+    folded = fold.fold_ln_frozen_scale(model, scales).eval()  # a linearisation (scales frozen per position)
+    one = fold.fold_ln_frozen_scale(model, fold.norm_scales(model, fit)).eval()  # one scale per norm (old)
+    base = float(metric(model)) if base is None else base
+    out = {**fold.fold_gap(model, folded, held), "accuracy": base, "folded_accuracy": float(metric(folded)),
+           "scales": "per position" + ("" if objective == "ar" else " and mask / other token") +
+                     " (mean over the first half of the evaluation inputs; gap on the second half)",
+           "single_scale_folded_accuracy": float(metric(one))}
+    out["accuracy_gap"] = out["accuracy"] - out["folded_accuracy"]
+    return folded, out
+
+
 def untrained_like(model, p: InductionPreset, vocab: RepeatedVocab, objective: str):
     """The model's shape at initialisation (the seed of training), on the model's device."""
     from dlmlab.models import Transformer
@@ -119,20 +141,8 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         r["induction_set_ablation"] = {**test.to_dict(), "threshold": INDUCTION_THRESHOLD,
                                        "pool": "every head of layers >= 1"}
 
-    # circuits on the folded (linear) model, and the folding gap: the LayerNorm scales are frozen per position (DLM:
-    # per position and mask / other token) at their mean over the evaluation inputs the accuracy is measured on
-    # (AR: the clean rows; DLM: the rows with one masked target), fitted on the first half of them
-    fold_ref = eval_tokens if objective == "ar" else ablate_ref
-    fit = fold_ref[: max(1, fold_ref.shape[0] // 2)]
-    scales = fold.norm_scales(model, fit, per_position=True, token_class=None if objective == "ar" else mid)
-    folded = fold.fold_ln_frozen_scale(model, scales).eval()  # a linearisation (scales frozen per position)
-    global_fold = fold.fold_ln_frozen_scale(model, fold.norm_scales(model, fit)).eval()  # one scale per norm
-    held = fold_ref[fold_ref.shape[0] // 2:]
-    r["fold"] = {**fold.fold_gap(model, folded, held), "accuracy": base, "folded_accuracy": float(metric(folded)),
-                 "scales": "per position" + ("" if objective == "ar" else " and mask / other token") +
-                           " (mean over the first half of the evaluation inputs; gap on the second half)",
-                 "single_scale_folded_accuracy": float(metric(global_fold))}
-    r["fold"]["accuracy_gap"] = r["fold"]["accuracy"] - r["fold"]["folded_accuracy"]
+    # circuits on the folded (linear) model, and the folding gap
+    folded, r["fold"] = fold_and_measure(model, objective, eval_tokens, ablate_ref, mid, metric, base)
     if len(model.blocks) >= 2:
         comp = {k: circuits.composition_scores(folded, k) for k in circuits.COMPOSITIONS}
         li, hi_ = r["top_induction_head"]

@@ -57,9 +57,9 @@ class InductionLadder(Config):
 
 
 LADDERS: dict[str, InductionLadder] = {
-    # the cpu recipe at 8 heads, d_model 32 / 64 / 128, 2 seeds, 24000 steps (6000 text-only): sized to ~35 minutes
+    # the cpu recipe at 8 heads, d_model 32 / 64 / 128, 2 seeds, 22000 steps (6000 text-only): sized to ~35 minutes
     # on 2 idle cores from the per-step cost (docs/induction.md, "Scale ladder")
-    "ladder": InductionLadder(recipe=dataclasses.replace(PRESETS["cpu"], n_heads=8, steps=24000, text_steps=6000),
+    "ladder": InductionLadder(recipe=dataclasses.replace(PRESETS["cpu"], n_heads=8, steps=22000, text_steps=6000),
                               d_models=[32, 64, 128], seeds=[0, 1]),
     # the pipeline at smoke sizes (tests)
     "ladder_smoke": InductionLadder(recipe=dataclasses.replace(PRESETS["smoke"], n_heads=4, ckpt_every=0),
