@@ -11,7 +11,7 @@ from dlmlab.errors import UserError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.models.factory import build_model
 from dlmlab.prediff import PreDiffLM
-from dlmlab.sampling import DecodeConfig, ModelDenoiser, decode, generate
+from dlmlab.sampling import DecodeConfig, ModelDenoiser, generate
 from dlmlab.sampling.caches import block_causal_mask
 from dlmlab.sampling.trajectory_cache import INDEX_BYTES, bytes_per_step, generate_with_cache, run_sampler_with_cache
 
@@ -121,7 +121,7 @@ def test_bounded_memory_steps_positions_dtype_and_spill(tmp_path):
         here = few.present(POINT, s)
         torch.testing.assert_close(few[POINT, s][here].float(), full[POINT, s][here], atol=1e-2, rtol=1e-2)
     n = int(full.masked(1).sum() + full.masked(4).sum())
-    assert few.nbytes() == n * (32 * 2 + INDEX_BYTES) == n * bytes_per_step(32, 1, 2) // 1
+    assert few.nbytes() == n * (32 * 2 + INDEX_BYTES) == bytes_per_step(32, n, 2)
     committed = generate_with_cache(m, _prompt(), G, DecodeConfig(steps=6), _g(), positions="committed", **kw)
     assert torch.equal(committed.present(POINT, 2), full.committed_now(2))
     spilled = generate_with_cache(m, _prompt(), G, DecodeConfig(steps=6), _g(), spill_dir=tmp_path / "acts", **kw)
@@ -160,7 +160,7 @@ def _hf(kind, tmp_path):
 def test_every_denoiser_caches_what_a_fresh_forward_computes(kind, tmp_path):
     shift = False
     if kind == "transformer":
-        model, mask, fwd = _model(), MASK, None
+        model, mask = _model(), MASK
     elif kind == "prediff":
         model = _prediff()
         mask = model.mask_id
@@ -194,4 +194,3 @@ def test_refused_without_hook_points():
     with pytest.raises(UserError, match="hook points"):
         run_sampler_with_cache(lambda x: torch.zeros(*x.shape, V), torch.full((1, 4), MASK), 0, DecodeConfig(steps=2),
                                mask_id=MASK, names_filter=[POINT])
-    assert decode  # the plain decoder is untouched by this module's import
