@@ -212,3 +212,46 @@ def test_training_stops_once_the_check_batch_is_learned():
     stopped = train_on_task(build("lstm", task, p), task, p, False, "x", steps=20, arch="lstm", check=check,
                             stop_at=0.0)  # any accuracy reaches 0: stops at the first check
     assert [r["step"] for r in stopped] == [2] and "loss" in stopped[0] and "acc" in stopped[0]
+
+
+def test_profile_claims_over_seeds_use_a_t_interval_of_the_margin():
+    late = [[0.5, 0.55, 0.6, 0.62, 1.0], [0.5, 0.52, 0.6, 0.65, 0.98], [0.5, 0.56, 0.58, 0.6, 0.99]]
+    cells = {(a, t): cell(a, t, late[0]) for a in ("mamba", "lstm") for t in C.PREFIX}
+    seeds = {k: [cell(*k, late[1]), cell(*k, late[2])] for k in cells}
+    cl = C.late_in_recurrent(cells, seeds)
+    assert vj(cl) == ("reproduced", None) and "(n=3 seeds, t)" in cl.evidence["measured"]
+    assert cl.evidence["cells"]["lstm/s3"]["interval"]["n"] == 3
+    # one seed of lstm/parity is early, the others late: the interval over seeds spans 0
+    seeds[("lstm", "parity")] = [cell("lstm", "parity", EARLY), cell("lstm", "parity", late[2])]
+    cl = C.late_in_recurrent(cells, seeds)
+    assert vj(cl) == ("inconclusive", "underpowered") and "lstm/parity late margin" in cl.detail
+    seeds[("lstm", "parity")] = [cell("lstm", "parity", EARLY), cell("lstm", "parity", [0.5, 1.0, 1.0, 0.99, 1.0])]
+    cells[("lstm", "parity")] = cell("lstm", "parity", [0.5, 0.98, 1.0, 1.0, 1.0])
+    assert vj(C.late_in_recurrent(cells, seeds)) == ("contradicted", None)
+    # most seeds must have learned: 1 of 3 -> precondition; 2 of 3 -> judged on those two
+    seeds[("lstm", "parity")] = [cell("lstm", "parity", late[1], acc=0.5), cell("lstm", "parity", late[2], acc=0.6)]
+    cells[("lstm", "parity")] = cell("lstm", "parity", late[0])
+    cl = C.late_in_recurrent(cells, seeds)
+    assert vj(cl) == ("inconclusive", "precondition") and "learned in 1 of 3 seeds" in cl.detail
+    seeds[("lstm", "parity")][1] = cell("lstm", "parity", late[2])
+    cl = C.late_in_recurrent(cells, seeds)
+    assert vj(cl) == ("reproduced", None) and cl.evidence["cells"]["lstm/parity"]["n_seeds"] == 2
+
+
+def test_dyck_and_grouping_over_seeds():
+    dy = {("transformer", "dyck"): cell("transformer", "dyck", [0.9, 0.5, 0.95, 0.9, 0.9]),
+          ("mamba", "dyck"): cell("mamba", "dyck", GRADUAL), ("lstm", "dyck"): cell("lstm", "dyck", GRADUAL)}
+    seeds = {("lstm", "dyck"): [cell("lstm", "dyck", [0.2, 0.45, 0.6, 0.8, 0.95]),
+                                cell("lstm", "dyck", [0.2, 0.5, 0.7, 0.8, 0.96])]}
+    cl = C.dyck_inversion(dy, seeds)
+    assert vj(cl) == ("reproduced", None) and cl.evidence["cells"]["lstm/dyck"]["interval"]["n"] == 3
+    # S3 grouping per seed: an architecture groups when most of its complete seeds do
+    grp = {("lstm", "s3"): cell("lstm", "s3", LATE), ("lstm", "parity"): cell("lstm", "parity", LATE),
+           ("lstm", "dyck"): cell("lstm", "dyck", GRADUAL)}
+    more = {("lstm", "s3"): [cell("lstm", "s3", GRADUAL), cell("lstm", "s3", GRADUAL)],
+            ("lstm", "parity"): [cell("lstm", "parity", LATE)] * 2, ("lstm", "dyck"): [cell("lstm", "dyck", GRADUAL)] * 2}
+    cl = C.s3_with_parity(grp, more)
+    assert vj(cl) == ("contradicted", None) and [x["grouped"] for x in cl.evidence["profiles"]["lstm"]["seeds"]] == \
+        [True, False, False]
+    more[("lstm", "s3")][1] = cell("lstm", "s3", LATE)
+    assert vj(C.s3_with_parity(grp, more)) == ("reproduced", None)

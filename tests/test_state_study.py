@@ -75,6 +75,11 @@ def test_smoke_outputs(smoke):
     conv = {(c["arch"], c["task"], c["seed"]) for c in data["results"]["conv_runs"]}
     assert conv == {(v, t, s) for t in p.conv_tasks for v, s in
                     [("mamba", 1), ("mamba", 2), ("mamba-noconv", 0), ("mamba-noconv", 1), ("mamba-noconv", 2)]}
+    # further seeds of the profile claims' cells: probed only (Mamba's are its Conv1D seeds)
+    seeds = {(c["arch"], c["task"], c["seed"]) for c in data["results"]["seed_runs"]}
+    assert seeds == {(a, t, s) for a in ("transformer", "lstm") for t in p.profile_tasks for s in (1, 2)}
+    for c in data["results"]["seed_runs"] + [c for c in data["results"]["conv_runs"] if c["arch"] == "mamba"]:
+        assert len(c["probes"]) == p.n_layers + 1 and "ablation" not in c
     cv = {c["id"]: c for c in data["claims"]}["conv1d_matters_for_prefix_not_dyck"]["evidence"]
     assert cv["parity_drop"]["n"] == 3 and cv["parity_drop"]["lo"] <= cv["parity_drop"]["mean"] <= cv["parity_drop"]["hi"]
     # params matched to the transformer's within 10% (same task; Mamba-2 widths come in steps of 64)
@@ -91,8 +96,12 @@ def test_claims_computed_from_cells(smoke):
     cells = {(c["arch"], c["task"]): c for c in res.results["cells"]}
     conv = {(c["arch"], c["task"], c["seed"]): c for c in res.results["conv_runs"]}
     conv.update({("mamba", t, 0): cells[("mamba", t)] for t in PRESETS["smoke"].conv_tasks})
-    again = {c.id: c.holds for c in all_claims(cells, conv, res.results["pretrained"])}
-    assert again == {c.id: c.holds for c in res.claims}
+    runs = {(c["arch"], c["task"], c["seed"]): c for c in res.results["seed_runs"] + res.results["conv_runs"]}
+    seed_cells = {(a, t): [runs[(a, t, s)] for s in (1, 2)] for a in PRESETS["smoke"].profile_archs
+                  for t in PRESETS["smoke"].profile_tasks}
+    again = {c.id: (c.verdict, c.reason, c.detail) for c in all_claims(cells, conv, res.results["pretrained"],
+                                                                       seed_cells)}
+    assert again == {c.id: (c.verdict, c.reason, c.detail) for c in res.claims}
     assert state_run.status({"learned": True, "above_chance": True}) == "learned"
     L = PRESETS["smoke"].train_len
 
@@ -148,7 +157,8 @@ def test_rerun_reuses_finished_cells_and_recomputes_a_torn_one(smoke, monkeypatc
     out, res = smoke
     before = json.loads((out / "results.json").read_text())
     files = sorted((out / "cells").glob("*.json"))
-    assert len(files) == len(before["results"]["cells"]) + len(before["results"]["conv_runs"])
+    assert len(files) == len(before["results"]["cells"]) + len(before["results"]["conv_runs"]) + \
+        len(before["results"]["seed_runs"])
     torn = files[0]
     torn.write_text(torn.read_text()[:50])
     calls = []

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 from dlmlab.config import Config, require
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.ladder import LadderStat, ladder_figure, ladder_table, trend
 from dlmlab.studies.parallel import default_workers, map_jobs
-from dlmlab.studies.state.claims import GRADUAL_MAX_SHARE, GRADUAL_MIN_GAIN, gradual_row, is_learned
+from dlmlab.studies.state.claims_base import (GRADUAL_MAX_SHARE, GRADUAL_MIN_GAIN, gradual_margin, is_learned,
+                                              late_margin)
 from dlmlab.studies.state.presets import ALL_TASKS, PRESETS, StatePreset
 
 LATE_STAT_ARCHS = ("mamba", "lstm")  # the "late" claim's models
@@ -62,19 +62,6 @@ LADDERS: dict[str, LadderPreset] = {
     "ladder_smoke": LadderPreset(base="smoke", sizes=[16, 32], seeds=2, archs=["transformer", "lstm"],
                                  tasks=["parity"], overrides={"default_steps": 10}),
 }
-
-
-def late_margin(acc) -> float:
-    """Probe-accuracy jump into the last layer minus the largest jump into any earlier layer (embedding
-    included): > 0 exactly when the largest jump enters the last layer (the "late" claim's criterion)."""
-    j = np.diff(np.asarray(acc, dtype=float))
-    return float(j[-1] - j[:-1].max()) if len(j) > 1 else float(j[-1])
-
-
-def gradual_margin(cell) -> float:
-    """min(block gain - 0.1, 0.6 x block gain - largest block step): > 0 exactly when the profile is "gradual"."""
-    r = gradual_row(cell)
-    return float(min(r["gain"] - GRADUAL_MIN_GAIN, GRADUAL_MAX_SHARE * r["gain"] - r["max_step"]))
 
 
 def learned_margin(cell) -> float:

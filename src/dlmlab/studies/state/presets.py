@@ -28,6 +28,8 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     its ``steps`` are then a cap.
     ``ablation_seqs``: sequences per length used for the ablations (0 = all ``eval_seqs``), at the lengths
     ``ablation_lens`` (empty = all ``eval_lens``; must include ``train_len``).
+    ``profile_seeds``: training seeds of each ``profile_archs`` x ``profile_tasks`` cell (the cells the layer-profile
+    claims judge; seeds >= 1 are probed only; Mamba's Conv1D seeds are reused).
     ``conv_seeds``: seeds of Mamba with and without Conv1D on each of ``conv_tasks`` (seed 0 = the main cell).
     ``pretrain_small``: "" (off), or the name of the small-pretraining recipe ("smoke" / "cpu") that
     pretrains small GPT-NeoX and Mamba checkpoints when no ``pretrained_paths`` are given.
@@ -59,6 +61,9 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     probe_max_iter: int = 200
     ablation_seqs: int = 0
     ablation_lens: list[int] = field(default_factory=list)
+    profile_seeds: int = 1  # seeds of the profile claims' cells (profile_archs x profile_tasks; further seeds: probes)
+    profile_archs: list[str] = field(default_factory=lambda: ["transformer", "mamba", "lstm"])
+    profile_tasks: list[str] = field(default_factory=lambda: ["parity", "s3", "dyck"])
     conv_ablation: bool = True  # also train Mamba without Conv1D on conv_tasks, conv_seeds seeds
     conv_seeds: int = 3
     conv_tasks: list[str] = field(default_factory=lambda: ["parity", "s3", "dyck"])
@@ -117,6 +122,9 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
                                            and self.train_len in self.ablation_lens),
                 "ablation_lens must be evaluation lengths and include train_len")
         require(self.conv_seeds >= 1, f"conv_seeds must be >= 1, got {self.conv_seeds}")
+        require(self.profile_seeds >= 1, f"profile_seeds must be >= 1, got {self.profile_seeds}")
+        bad = sorted(set(self.profile_archs) - set(ALL_ARCHS)) + sorted(set(self.profile_tasks) - set(ALL_TASKS))
+        require(not bad, f"profile_archs / profile_tasks: unknown name(s) {bad}")
         bad = sorted(set(self.conv_tasks) - set(ALL_TASKS)) + sorted(set(self.patch_tasks) - set(ALL_TASKS))
         require(not bad, f"conv_tasks / patch_tasks: unknown task(s) {bad}; choose from {ALL_TASKS}")
         from dlmlab.studies.state.pretrain_small import RECIPES
@@ -136,7 +144,8 @@ def _lookup_archs(arch: str | None) -> list[str]:
 PRESETS: dict[str, StatePreset] = {
     "smoke": StatePreset(d_model=32, n_layers=2, default_steps=25, batch_size=16, eval_lens=[40, 80],
                          eval_seqs=16, probe_seqs=16, probe_samples=300, probe_max_iter=100, patch_seqs=8,
-                         code_max_files=6, pretrain_small="smoke", pretrained_steps=30),
+                         code_max_files=6, pretrain_small="smoke", pretrained_steps=30, until_learned=True,
+                         profile_seeds=3),
     # cpu: the study's sizes (d_model 128, 4 layers, ~830K parameters for every architecture) at batch 16.
     # Steps per architecture and task spend the 2-core budget where a model was still learning in single-cell
     # runs (docs/state.md, "cpu preset recipe"); lr 1e-2 for LSTM / GRU, 1e-3 for the Transformer, 3e-3 for
@@ -150,7 +159,10 @@ PRESETS: dict[str, StatePreset] = {
                               "lstm/parity": 300, "lstm/s3": 600, "lstm/dyck": 300, "lstm/code_depth": 500,
                               "gru/parity": 300, "gru/s3": 600, "gru/dyck": 250, "gru/code_depth": 300},
                        eval_seqs=48, ablation_seqs=32, ablation_lens=[40, 80, 100, 120], probe_seqs=96,
-                       probe_samples=1200, patch_seqs=32, code_max_files=60, pretrain_small="cpu"),
+                       probe_samples=1200, patch_seqs=32, code_max_files=60, pretrain_small="cpu",
+                       # issue 27: runs stop once learned (steps are caps; the Conv1D comparison keeps its full
+                       # steps); the recurrent profile cells get 3 seeds (Mamba's are its Conv1D seeds)
+                       until_learned=True, profile_seeds=3, profile_archs=["mamba", "lstm"]),
     "paper": StatePreset(d_model=128, n_layers=4, default_steps=3000, batch_size=64, lr=1e-3, warmup_steps=200,
                          eval_seqs=512, probe_seqs=512, probe_samples=8000, probe_max_iter=500, patch_seqs=256,
                          patch_all_positions=True),

@@ -71,12 +71,30 @@ def job_keys(p: StatePreset, archs: list[str]) -> list[Key]:
         for t in [t for t in p.conv_tasks if t in p.tasks]:
             keys += [("mamba", t, s) for s in range(1, p.conv_seeds)]
             keys += [("mamba-noconv", t, s) for s in range(p.conv_seeds)]
+    keys += [k for k in _profile_keys(p, main) if k not in keys]
     return keys
+
+
+def _profile_keys(p: StatePreset, main: list[str]) -> list[Key]:
+    """The further seeds (1 ... profile_seeds - 1) of the profile claims' cells."""
+    return [(a, t, s) for t in p.profile_tasks if t in p.tasks for a in p.profile_archs if a in main
+            for s in range(1, p.profile_seeds)]
+
+
+def analysis_for(key: Key, p: StatePreset) -> bool | str:
+    """What a run is analysed for: a main cell (seed 0) fully, a further seed of a profile claim's cell by its
+    probes (also when it is one of Mamba's Conv1D seeds), other runs not at all."""
+    v, t, s = key
+    if v == "mamba-noconv":
+        return False
+    if s == 0:
+        return True
+    return "probes" if (v in p.profile_archs and t in p.profile_tasks and s < p.profile_seeds) else False
 
 
 def _cost(key: Key, p: StatePreset) -> float:
     v, t, s = key
-    analysed = 1.3 if (s == 0 and v != "mamba-noconv") else 1.0
+    analysed = {True: 1.3, "probes": 1.05, False: 1.0}[analysis_for(key, p)]
     return SEQ_COST.get(v, 5.0) * p.steps_for(t, v) * p.batch_size * analysed
 
 
@@ -101,6 +119,8 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
     main_archs = [a for a in archs if a != "mamba-noconv"]
     cells = {(a, t): runs[(a, t, 0)] for t in p.tasks for a in main_archs}  # table order: task-major
     conv_runs = {k: runs[k] for k in keys if k[0] in ("mamba", "mamba-noconv") and k[1] in p.conv_tasks}
+    seed_cells = {(a, t): [runs[(a, t, s)] for s in range(1, p.profile_seeds)]
+                  for a, t, s0 in _profile_keys(p, main_archs) if s0 == 1}
 
     pretrained, pretrained_note = run_pretrained_part(p, out, progress)
 
@@ -117,10 +137,11 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
         study="state", preset=preset, config=dataclasses.asdict(p),
         results={"cells": list(cells.values()),
                  "conv_runs": [c for k, c in conv_runs.items() if k[2] != 0 or k[0] != "mamba"],
+                 "seed_runs": [c for k, c in runs.items() if k[2] > 0 and k not in conv_runs],
                  "unavailable": missing, "pretrained": pretrained, "pretrained_note": pretrained_note,
                  "jobs_cpu_s": float(sum(c.get("cpu_time_s", 0.0) for c in runs.values()))},
-        tables=tables(cells, conv_runs, p, archs, main_archs, missing, pretrained), figures=figs,
-        claims=all_claims(cells, conv_runs, pretrained),
+        tables=tables(cells, conv_runs, p, archs, main_archs, missing, pretrained, seed_cells), figures=figs,
+        claims=all_claims(cells, conv_runs, pretrained, seed_cells),
         setup=setup_text(p, archs, missing, cells, pretrained_note),
     )
     res.wall_time_s = time.perf_counter() - t_start
@@ -178,7 +199,7 @@ def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path, a
     v, t, s = key
     cpu0 = time.process_time()
     if analyse is None:
-        analyse = s == 0 and v != "mamba-noconv"
+        analyse = analysis_for(key, p)
     conv = p.conv_ablation and v in ("mamba", "mamba-noconv") and t in p.conv_tasks
     cell = run_cell(v, task, data, seeded(p, s), progress=progress, analyse=analyse,
                     until_learned=False if conv else None)
@@ -273,7 +294,7 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def tables(cells, conv_runs, p: StatePreset, archs, main_archs, missing, pretrained) -> list[Table]:
+def tables(cells, conv_runs, p: StatePreset, archs, main_archs, missing, pretrained, seed_cells=None) -> list[Table]:
     ts = []
     rows = []
     for a in main_archs:
@@ -312,8 +333,14 @@ def tables(cells, conv_runs, p: StatePreset, archs, main_archs, missing, pretrai
                 largest_jump_layer(acc)])
     ts.append(Table("Probe accuracy by layer", ["arch", "task", "status"] + [f"layer {i}" for i in range(L1)]
                     + ["control (mean)", "best block", "largest jump enters"], rows,
-                    note="Layer 0 = embedding; layer i = after block i. Rows 'at chance' come from models that did "
-                         "not learn the task beyond chance; claims do not count them."))
+                    note="Layer 0 = embedding; layer i = after block i. Rows not 'learned' come from models that did "
+                         "not learn the task; claims do not count them."))
+    rows = [[a, t, c["seed"], status(c), c.get("steps_trained", c["steps"])] + [pr["accuracy"] for pr in c["probes"]]
+            for (a, t), cs in (seed_cells or {}).items() for c in cs if "probes" in c]
+    if rows:
+        ts.append(Table("Probe accuracy by layer, further seeds of the profile claims' cells",
+                        ["arch", "task", "seed", "status", "steps"] + [f"layer {i}" for i in range(L1)], rows,
+                        note="The profile claims judge each cell over all its seeds (seed 0 in the table above)."))
     rows = []
     for (a, t), c in cells.items():
         for kind, by_len in c.get("ablation", {}).items():

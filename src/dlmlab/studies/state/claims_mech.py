@@ -1,0 +1,250 @@
+"""The state study's mechanism claims: probe-subspace ablation against a random subspace, readability vs causal
+use (judged on the pretrained models), and Mamba's Conv1D ablation over seeds (see :mod:`.claims` for which
+cells count and the verdicts)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlmlab.report import Claim
+from dlmlab.report.claims import (REPRODUCED, Judgement, combine, contradicted, interval_verdict, learned_level,
+                                  not_run, precondition_failed, short_of_scale, underpowered)
+from dlmlab.report.intervals import Interval, hierarchical_ci
+from dlmlab.studies.state.claims_base import (ABLATION_MARGIN, CAUSAL_MARGIN, EQUIV_LEVEL, EQUIV_MARGIN,
+                                              MIN_CONV_SEEDS, OOD_MIN_LEN, PREFIX, TOL, _chance_text, _judged,
+                                              _none_counted, _not_learned_row, _split, best_block, is_learned)
+
+
+# ------------------------------------------------------------------------------------------ ablation claims
+def _mean_drop(by_len: dict, lens) -> float:
+    return float(np.mean([by_len[L]["drop"] for L in lens]))
+
+
+def _beats(ps: float, rs: float, margin: float) -> str:
+    """'wins' (probe drop > random + margin), 'short' (above the random drop, not by the margin), 'loses'."""
+    return "wins" if ps > rs + margin else "short" if ps > rs else "loses"
+
+
+def _most(outcomes: dict, what: str) -> Judgement:
+    """Verdict of "in most cells" over {cell: 'wins' / 'short' / 'loses'}: most win -> reproduced; most at least
+    point the study's way (win or short of the margin) -> inconclusive / scale; else contradicted."""
+    n = len(outcomes)
+    wins = [k for k, o in outcomes.items() if o == "wins"]
+    short = [k for k, o in outcomes.items() if o == "short"]
+    if len(wins) > n / 2:
+        return REPRODUCED
+    if len(wins) + len(short) > n / 2:
+        return short_of_scale(f"{what}: beats random by the margin in {len(wins)} of {n} cells, above random but "
+                              f"short of the margin in {len(short)} ({', '.join(short)})")
+    return contradicted(f"{what}: probe subspace beats random in {len(wins)} of {n} cells")
+
+
+def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int = OOD_MIN_LEN) -> Claim:
+    st = (f"Projecting out the probe subspace (all class directions of the probe at the best block) drops accuracy "
+          f"more than projecting out a random subspace of equal rank (by > {margin}) in most cells that learned "
+          f"their task, both at the training length and at the unseen lengths >= {ood_min_len} (mean; cells at "
+          "chance there are not counted at those lengths)")
+    cid = "probe_direction_ablation_drops_accuracy"
+    ran = {f"{a}/{t}": c for (a, t), c in cells.items() if "ablation" in c}
+    if not ran:
+        return _judged(cid, st, not_run("no ablation was run"), reason="no ablation was run")
+    got, lists = _split(ran)
+    if not got:
+        return _none_counted(cid, st, lists)
+    per, at_chance_ood = {}, []
+    for k, c in got.items():
+        ab, L0 = c["ablation"], c["train_len"]
+        ood = sorted(L for L in ab["probe_subspace"] if int(L) >= ood_min_len)
+        ood_ok = [L for L in ood if c.get("above_chance_by_len", {}).get(L, False)]
+        ps, rs = ab["probe_subspace"][L0]["drop"], ab["random_subspace"][L0]["drop"]
+        row = {"rank": c.get("ablation_k"), "train": {"probe_subspace": ps, "random_subspace": rs,
+                                                      "outcome": _beats(ps, rs, margin)}}
+        row["train"]["wins"] = row["train"]["outcome"] == "wins"
+        if ood_ok:
+            ps, rs = _mean_drop(ab["probe_subspace"], ood_ok), _mean_drop(ab["random_subspace"], ood_ok)
+            row["unseen"] = {"lengths": ood_ok, "probe_subspace": ps, "random_subspace": rs,
+                             "outcome": _beats(ps, rs, margin)}
+            row["unseen"]["wins"] = row["unseen"]["outcome"] == "wins"
+        else:
+            at_chance_ood.append(k)
+        per[k] = row
+    train_j = _most({k: r["train"]["outcome"] for k, r in per.items()}, "training length")
+    ood_rows = {k: r for k, r in per.items() if "unseen" in r}
+    if ood_rows:
+        ood_j = _most({k: r["unseen"]["outcome"] for k, r in ood_rows.items()}, f"lengths >= {ood_min_len}")
+    else:
+        ood_j = precondition_failed(f"no learned cell above chance at lengths >= {ood_min_len}")
+    text = "drop probe subspace / random subspace (train length; lengths >= %d): " % ood_min_len + "; ".join(
+        f"{k} {r['train']['probe_subspace']:.2f}/{r['train']['random_subspace']:.2f}"
+        + (f", {r['unseen']['probe_subspace']:.2f}/{r['unseen']['random_subspace']:.2f}" if "unseen" in r else "")
+        for k, r in per.items())
+    return _judged(cid, st, combine([train_j, ood_j]), measured=text + _chance_text(lists), n_cells=len(per),
+                   n_wins_train_len=sum(r["train"]["wins"] for r in per.values()), n_cells_unseen=len(ood_rows),
+                   n_wins_unseen=sum(r["unseen"]["wins"] for r in ood_rows.values()),
+                   at_chance_at_unseen_lengths=sorted(at_chance_ood), cells=per, **lists)
+
+
+def causal_block(drops, control, margin: float = CAUSAL_MARGIN) -> int | None:
+    """Layer (1 ... n) of the largest block ablation drop among those >= control + margin (earliest within
+    TOL); ``drops`` / ``control`` [n_blocks]. None when no block's drop clears its control."""
+    d, c = np.asarray(drops, dtype=float), np.asarray(control, dtype=float)
+    ok = d >= c + margin
+    if not ok.any():
+        return None
+    best = d[ok].max()
+    return int(np.flatnonzero(ok & (d >= best - TOL))[0]) + 1
+
+
+def split_row(res: dict, margin: float = CAUSAL_MARGIN) -> tuple[dict, Judgement]:
+    """One model's readable block (best probe block), causal block (:func:`causal_block` of its per-layer
+    probe-subspace ablation against the random subspace) and the verdict of "they differ": differ -> reproduced;
+    same block -> contradicted; no causal block but a block whose drop exceeds its control (short of ``margin``) ->
+    inconclusive / scale with the value and its control; no block above its control -> contradicted (absent)."""
+    drops, ctrl = res["layer_ablation_drop"][1:], res["layer_random_drop"][1:]
+    causal = causal_block(drops, ctrl, margin)
+    excess = np.asarray(drops, dtype=float) - np.asarray(ctrl, dtype=float)
+    j_best = int(np.argmax(excess))
+    row = {"readable_block": best_block(res), "causal_block": causal, "block_drops": list(drops),
+           "block_random_drops": list(ctrl), "largest_excess_block": j_best + 1, "largest_excess": float(excess[j_best])}
+    if causal is not None:
+        same = row["readable_block"] == causal
+        return row, contradicted(f"readable and causal block both {causal}") if same else REPRODUCED
+    what = (f"block {j_best + 1}: drop {drops[j_best]:.3f} vs random subspace {ctrl[j_best]:.3f} "
+            f"(needs + {margin})")
+    return row, short_of_scale(what) if excess[j_best] > 0 else contradicted(f"no block's drop exceeds its random "
+                                                                            f"control ({what})")
+
+
+def _pretrained_name(r: dict) -> str:
+    return f"{r.get('arch', '?')}:{str(r.get('path', '?')).rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def _pretrained_learned(r: dict) -> tuple[bool, dict]:
+    ch = (r.get("summary") or {}).get("chance")
+    acc = {int(k): v for k, v in r.get("acc_by_len", {}).items()}
+    a = acc.get(int(r.get("train_len", min(acc)))) if acc else None
+    if a is None or ch is None:
+        return False, {"status": "unknown"}
+    lev = learned_level(ch)
+    return a >= lev, {"acc": a, "chance": ch, "learned_level": lev, "status": "partial" if a >= ch + 0.1 else
+                      "at chance"}
+
+
+def readability_causality(pretrained, cells=None, margin: float = CAUSAL_MARGIN) -> Claim:
+    st = ("Readability and causal use split, pronounced in pretrained models: in each pretrained checkpoint "
+          "(Pythia-style GPT-NeoX and Mamba, fine-tuned on the task; each must have learned it) the block where the "
+          "state is best linearly readable differs from the block whose probe-subspace ablation drops accuracy most "
+          f"(a drop counts only when >= {margin} above projecting out a random subspace of equal rank there); the "
+          "toy cells are reported beside, not counted")
+    cid = "readability_vs_causality_split"
+    toy = _toy_split(cells or {}, margin)
+    pre = [r for r in (pretrained or []) if "layer_ablation_drop" in r and "layer_random_drop" in r and "probes" in r]
+    if not pre:
+        return _judged(cid, st, not_run("no pretrained checkpoint was analysed"),
+                       reason="no pretrained checkpoint was analysed (the preset's pretrained part is off)",
+                       toy_cells=toy)
+    per, parts, not_learned = {}, [], {}
+    for r in pre:
+        name = _pretrained_name(r)
+        ok, info = _pretrained_learned(r)
+        if not ok:
+            not_learned[name] = info
+            parts.append(precondition_failed(f"{name} not learned" + (
+                f" (acc {info['acc']:.2f} < learned level {info['learned_level']:.2f})" if "acc" in info else "")))
+            continue
+        row, j = split_row(r, margin)
+        per[name] = dict(row, verdict=j.label())
+        parts.append(j)
+    text = "; ".join(f"{k}: readable block {r['readable_block']}, causal block {r['causal_block']} (largest drop "
+                     f"above control: block {r['largest_excess_block']}, {r['largest_excess']:+.3f})"
+                     for k, r in per.items())
+    text += "".join(f"; not learned: {k}" + (f" (acc {v['acc']:.2f} < {v['learned_level']:.2f})" if "acc" in v else "")
+                    for k, v in not_learned.items())
+    if toy.get("n_cells"):
+        text += f"; toy cells (beside): split in {toy['n_split']} of {toy['n_cells']} with a causal block"
+    return _judged(cid, st, combine(parts), measured=text, models=per, not_learned=not_learned, toy_cells=toy)
+
+
+def _toy_split(cells, margin: float) -> dict:
+    """The old definition, reported beside: readable vs causal block in the learned toy cells."""
+    ran = {f"{a}/{t}": c for (a, t), c in cells.items() if "layer_ablation_drop" in c and "layer_random_drop" in c}
+    got, lists = _split(ran)
+    rows = {k: split_row(c, margin) for k, c in got.items()}
+    with_causal = {k: r for k, (r, _) in rows.items() if r["causal_block"] is not None}
+    return {"n_cells": len(with_causal), "n_split": sum(r["readable_block"] != r["causal_block"]
+                                                        for r in with_causal.values()),
+            "cells": {k: r for k, (r, _) in rows.items()}, "not_learned": sorted(lists["not_learned"])}
+
+
+# ------------------------------------------------------------------------------------------ Conv1D
+def conv_drop_grid(with_runs: list[dict], without_runs: list[dict]) -> np.ndarray:
+    """Per seed and evaluation item (sequence x length): accuracy with Conv1D - without -> [S, N]."""
+    rows = []
+    for a, b in zip(with_runs, without_runs):
+        lens = sorted(a["acc_per_seq"], key=int)
+        rows.append(np.concatenate([np.asarray(a["acc_per_seq"][L]) - np.asarray(b["acc_per_seq"][L]) for L in lens]))
+    return np.stack(rows)
+
+
+def equivalence_verdict(iv95: Interval, iv90: Interval, margin: float, what: str) -> Judgement:
+    """"No effect" as an equivalence test (TOST): the 90% interval inside [-margin, +margin] -> reproduced; the
+    95% interval wholly outside it (beyond +margin or below -margin) -> contradicted; else underpowered."""
+    if iv95.n < 2:
+        return underpowered(f"{what} {iv95.mean:.3g} from n={iv95.n}: no interval")
+    if -margin < iv90.lo and iv90.hi < margin:
+        return REPRODUCED
+    if iv95.lo > margin or iv95.hi < -margin:
+        return contradicted(f"{what} {iv95.fmt()} outside +-{margin:g}")
+    return underpowered(f"{what} 90% interval [{iv90.lo:.3g}, {iv90.hi:.3g}] (n={iv90.n}) not inside +-{margin:g}")
+
+
+def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MARGIN) -> Claim:
+    st = (f"Removing Mamba's Conv1D costs accuracy on Parity and S3 but not on Dyck: over >= {min_seeds} seeds "
+          "(Mamba with Conv1D must have learned the task in every seed, else that task is a precondition failure), "
+          "the 95% t-interval across seeds of the drop "
+          "in mean accuracy over the evaluation lengths lies above 0 for Parity and S3, and for Dyck the 90% interval "
+          f"lies inside the equivalence margin [-{margin:g}, +{margin:g}] (two one-sided tests)")
+    cid = "conv1d_matters_for_prefix_not_dyck"
+    per, seeds, ivs = {}, {}, {}
+    for t in PREFIX + ["dyck"]:
+        s_with = sorted(s for v, tt, s in conv_runs if v == "mamba" and tt == t)
+        s_both = [s for s in s_with if ("mamba-noconv", t, s) in conv_runs]
+        seeds[t] = s_both
+        if len(s_both) < min_seeds:
+            continue
+        withs = [conv_runs[("mamba", t, s)] for s in s_both]
+        grid = conv_drop_grid(withs, [conv_runs[("mamba-noconv", t, s)] for s in s_both])
+        ivs[t] = (hierarchical_ci(grid), hierarchical_ci(grid, level=EQUIV_LEVEL))
+        mean_acc = lambda r: float(np.mean(list(r["acc_by_len"].values())))  # noqa: E731
+        per[t] = dict(ivs[t][0].as_dict(), lo90=ivs[t][1].lo, hi90=ivs[t][1].hi, per_seed=grid.mean(1).tolist(),
+                      acc_with=[mean_acc(r) for r in withs],
+                      acc_without=[mean_acc(conv_runs[("mamba-noconv", t, s)]) for s in s_both],
+                      with_learned=[is_learned(r) for r in withs],
+                      not_learned={f"seed {s}": _not_learned_row(r) for s, r in zip(s_both, withs) if not is_learned(r)})
+    if len(per) < 3:
+        return _judged(cid, st, not_run(f"fewer than {min_seeds} seeds with and without Conv1D"),
+                       reason=f"Mamba with and without Conv1D needs >= {min_seeds} seeds on parity, s3 and dyck",
+                       seeds=seeds)
+    parts = []
+    for t in PREFIX + ["dyck"]:
+        bad = per[t]["not_learned"]
+        if bad:  # the task's comparison needs a Mamba that learned it: no interval verdict without one
+            parts.append(precondition_failed(f"Mamba with Conv1D did not learn {t} in {len(bad)} of "
+                                             f"{len(seeds[t])} seeds (" + ", ".join(
+                                                 f"{s}: acc {r.get('acc', float('nan')):.2f} < "
+                                                 f"{r.get('learned_level', float('nan')):.2f}" for s, r in bad.items())
+                                             + ")"))
+        elif t == "dyck":
+            parts.append(equivalence_verdict(*ivs[t], margin=margin, what="dyck drop"))
+        else:
+            parts.append(interval_verdict(ivs[t][0], +1, 0.0, what=f"{t} drop"))
+    text = "; ".join(f"{t}: drop {ivs[t][0].fmt()}, 90% [{v['lo90']:.3f}, {v['hi90']:.3f}] (accuracy with "
+                     f"{np.mean(v['acc_with']):.3f}, without {np.mean(v['acc_without']):.3f}; with Conv1D learned in "
+                     f"{sum(v['with_learned'])} of {len(v['with_learned'])} seeds)" for t, v in per.items())
+    return _judged(cid, st, combine(parts), measured=text, equivalence_margin=margin,
+                   **{f"{t}_drop": v for t, v in per.items()},
+                   note="compares task accuracy itself; acc_with / acc_without are the mean accuracies over lengths "
+                        f"per seed; the equivalence margin {margin:g} is fixed a priori (the smallest accuracy drop "
+                        "this study counts as an effect, its causal margin)")
+
+
