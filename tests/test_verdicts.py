@@ -328,71 +328,90 @@ def test_prediff_verdicts():
 
 
 # ------------------------------------------------------------------------------------------ induction
-def _dlm(L=2, acc=0.9, **kw):
-    m = {"objective": "dlm", "n_layers": L,
+# (issue 27: learned preconditions at 90% of the way from chance, intervals over evaluation sequences, permutation
+# controls with >= 200 draws; every definition is pinned both ways in tests/test_induction_definitions.py)
+def _seq(acc, n=40):
+    return [acc + 0.01 * ((i % 3) - 1) for i in range(n)]
+
+
+def _dlm(L=2, acc=0.99, **kw):
+    per = {k: _seq(g, 40) for k, g in (("left", 1.0), ("right", 1.5), ("both", 2.4))}
+    m = {"objective": "dlm", "n_layers": L, "chance": 0.02,
          "accuracy": {d: {"left": acc / 2, "right": acc / 2, "both": acc} for d in ("forward", "reverse")},
+         "accuracy_per_seq": {"forward": {"left": _seq(acc / 2), "both": _seq(acc)}},
          "prev_token_scores": [[0.9, 0.1, 0.0, 0.1]], "next_token_scores": [[0.0, 0.8, 0.1, 0.1]],
-         "gains": {d: {"left": 1.0, "right": 1.5, "both": 2.4, "ratio": 0.96} for d in ("forward", "reverse")},
+         "prev_token_scores_init": [[0.1] * 4], "next_token_scores_init": [[0.1] * 4],
+         "gains": {d: {"left": 1.0, "right": 1.5, "both": 2.4, "ratio": 0.96, "per_seq": per}
+                   for d in ("forward", "reverse")},
          "induction_set_ablation": {"heads": [[1, 2]], "base": acc, "drop": 0.6, "random_p95": 0.1,
-                                    "random_drops": [0.1] * 20, "threshold": 0.3},
+                                    "random_drops": [0.1] * 200, "threshold": 0.3, "control": {"n_draws": 200}},
          "probe": {"r2": [0.2, 0.85, 0.9], "r2_control": [0.0, -0.01, 0.0], "r2_pooled": [0.5, 0.95, 0.95]},
-         "patch": {"low": 0.05, "high": 0.5, "delta": 0.5, "random_p95": 0.2, "random_deltas": [0.1] * 20,
+         "patch": {"low": 0.05, "high": 0.5, "delta": 0.5, "random_p95": 0.2, "random_deltas": [0.1] * 200,
                    "entropy_clean": 1.0},
          "local_window": {"none": acc, "pm1": 0.5, "pm2_only": 0.6, "pm1_pm2": 0.2, "far2": acc - 0.02},
-         "top_induction_head": [1, 2],
-         "composition_into_top_head": {"Q": [[0.5, 0.4, 0.1, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}}
+         "top_induction_head": [1, 2], "fold": {"accuracy": acc, "folded_accuracy": acc - 0.02},
+         "composition_into_top_head": {"Q": [[0.5, 0.4, 0.1, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]},
+         "emergence": {"curve": [(s, 0.02 if s < 20000 else 0.99) for s in range(1000, 40001, 1000)],
+                       "run_steps": 40000}}
     m.update(kw)
     return m
 
 
-def _ar(L=2, acc=0.5):
-    return {"objective": "ar", "n_layers": L,
+def _ar(L=2, acc=0.9):
+    return {"objective": "ar", "n_layers": L, "chance": 0.02,
             "accuracy": {d: {"left": acc, "right": None, "both": None} for d in ("forward", "reverse")},
+            "accuracy_per_seq": {"forward": {"left": _seq(acc)}},
             "induction_set_ablation": {"heads": [[1, 0]], "base": acc, "drop": 0.4, "random_p95": 0.1,
-                                       "random_drops": [0.1] * 20, "threshold": 0.3}}
+                                       "random_drops": [0.1] * 200, "threshold": 0.3, "control": {"n_draws": 200}}}
 
 
 def test_induction_verdicts():
     from dlmlab.studies.induction import claims as C
 
-    ok = {c.id: c for c in C.all_claims({"ar_L1": _ar(1, 0.05), "dlm_L1": _dlm(1, 0.05), "ar_L2": _ar(),
+    ok = {c.id: c for c in C.all_claims({"ar_L1": _ar(1, 0.05), "dlm_L1": _dlm(1, 0.05), "ar_L2": _ar(acc=0.93),
                                           "dlm_L2": _dlm()})}
     assert all(v(c) == ("reproduced", None) for c in ok.values()), {k: c.verdict for k, c in ok.items()}
-    # heads absent in a model that does induction: contradicted; in one at chance: precondition
+    # heads absent in a model that learned: contradicted; in one at chance: precondition
     same_head = {"next_token_scores": [[0.9, 0.1, 0.0, 0.0]]}
     assert v(C.prev_and_next_token_heads_in_layer0({"dlm_L2": _dlm(**same_head)})) == ("contradicted", None)
     assert v(C.prev_and_next_token_heads_in_layer0({"dlm_L2": _dlm(acc=0.03, **same_head)})) == \
         ("inconclusive", "precondition")
-    # the smoke run: both models at chance, the DLM's both-sided accuracy not above the AR's
+    # the smoke run: both models at chance
     assert v(C.dlm_beats_ar_with_both_sides({"ar_L2": _ar(acc=0.03), "dlm_L2": _dlm(acc=0.02)})) == \
         ("inconclusive", "precondition")
-    assert v(C.dlm_beats_ar_with_both_sides({"ar_L2": _ar(acc=0.9), "dlm_L2": _dlm(acc=0.5)})) == ("contradicted", None)
-    assert v(C.left_only_not_better_than_ar({"ar_L2": _ar(acc=0.3), "dlm_L2": _dlm(acc=0.9)})) == ("contradicted", None)
-    bad = {d: {"left": 1.0, "right": 1.0, "both": 3.0, "ratio": 1.5} for d in ("forward", "reverse")}
+    # forward targets: a learned DLM below a learned AR (still below ceiling) contradicts
+    assert v(C.dlm_beats_ar_with_both_sides({"ar_L2": _ar(acc=0.94), "dlm_L2": _dlm(acc=0.91)})) == \
+        ("contradicted", None)
+    left_high = _dlm(accuracy_per_seq={"forward": {"left": _seq(0.99), "both": _seq(0.99)}})
+    assert v(C.left_only_not_better_than_ar({"ar_L2": _ar(acc=0.91), "dlm_L2": left_high})) == ("contradicted", None)
+    bad = {d: {"left": 1.0, "right": 1.0, "both": 3.0, "ratio": 1.5,
+               "per_seq": {"left": _seq(1.0), "right": _seq(1.0), "both": _seq(3.0)}} for d in ("forward", "reverse")}
     assert v(C.both_approx_left_plus_right({"dlm_L2": _dlm(gains=bad)})) == ("contradicted", None)
     assert v(C.both_approx_left_plus_right({"dlm_L2": _dlm(acc=0.03, gains=bad)})) == ("inconclusive", "precondition")
     # two layers: one layer already doing induction contradicts; no depth learning it is a precondition
-    assert v(C.two_layers_needed({"ar_L1": _ar(1, 0.5), "dlm_L1": _dlm(1, 0.05), "ar_L2": _ar(acc=0.9),
+    assert v(C.two_layers_needed({"ar_L1": _ar(1, 0.5), "dlm_L1": _dlm(1, 0.05), "ar_L2": _ar(acc=0.95),
                                   "dlm_L2": _dlm()})) == ("contradicted", None)
     assert v(C.two_layers_needed({"ar_L1": _ar(1, 0.03), "dlm_L1": _dlm(1, 0.03), "ar_L2": _ar(acc=0.03),
                                   "dlm_L2": _dlm(acc=0.03)})) == ("inconclusive", "precondition")
     assert v(C.two_layers_needed({"ar_L2": _ar(), "dlm_L2": _dlm()})) == ("inconclusive", "not_run")
-    # head-set ablation: counted models decide; none doing induction leaves it unevaluated (holds None, as before)
+    # head-set ablation: no better than the control sets contradicts; none learned leaves it unevaluated
     base = _dlm()["induction_set_ablation"]
-    weak = {"induction_set_ablation": {**base, "random_p95": 0.7}}
+    weak = {"induction_set_ablation": {**base, "random_drops": [0.7] * 200}}
     assert v(C.induction_heads_ablation_drop({"dlm_L2": _dlm(**weak)})) == ("contradicted", None)
     none = C.induction_heads_ablation_drop({"dlm_L2": _dlm(acc=0.1)})
     assert v(none) == ("inconclusive", "precondition") and none.holds is None
     assert v(C.induction_heads_ablation_drop({"dlm_L1": _dlm(1)})) == ("inconclusive", "not_run")
-    # mask-rate read-out and patch: no accuracy precondition, a miss is a contradiction
-    low_r2 = {"probe": {"r2": [0.2, 0.68, 0.9], "r2_control": [0.0, -0.1, 0.0], "r2_pooled": [0.5, 0.9, 0.9]}}
-    assert v(C.mask_rate_probe_r2({"dlm_L2": _dlm(acc=0.03, **low_r2)})) == ("contradicted", None)
+    # mask-rate read-out and patch: the model must have learned first; then a miss is a contradiction
+    low_r2 = {"probe": {"r2": [0.2, 0.68, 0.9], "r2_control": [0.0, 0.7, 0.0], "r2_pooled": [0.5, 0.9, 0.9]}}
+    assert v(C.mask_rate_probe_r2({"dlm_L2": _dlm(**low_r2)})) == ("contradicted", None)
+    assert v(C.mask_rate_probe_r2({"dlm_L2": _dlm(acc=0.03, **low_r2)})) == ("inconclusive", "precondition")
     patch = {"patch": {**_dlm()["patch"], "delta": -0.06, "random_p95": 0.03}}
     assert v(C.mask_rate_patch_raises_entropy({"dlm_L2": _dlm(**patch)})) == ("contradicted", None)
-    # local window at chance (the smoke run: 0.03 everywhere, no drops): precondition; learned but flat: contradicted
+    # local window at chance: precondition; learned but flat: contradicted
     flat = {"none": 0.03, "pm1": 0.03, "pm2_only": 0.03, "pm1_pm2": 0.03, "far2": 0.03}
-    assert v(C.local_window_sensitivity({"dlm_L2": _dlm(local_window=flat)})) == ("inconclusive", "precondition")
-    flat = {k: 0.9 for k in flat}
+    assert v(C.local_window_sensitivity({"dlm_L2": _dlm(acc=0.03, local_window=flat)})) == \
+        ("inconclusive", "precondition")
+    flat = {k: 0.99 for k in flat}
     assert v(C.local_window_sensitivity({"dlm_L2": _dlm(local_window=flat)})) == ("contradicted", None)
     comp = {"composition_into_top_head": {"Q": [[0.1, 0.1, 0.9, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}}
     assert v(C.q_and_k_composition_in_induction_heads({"dlm_L2": _dlm(**comp)})) == ("contradicted", None)
