@@ -67,7 +67,7 @@ def mdlm_run(tmp_path_factory):
     cfg = d / "mdlm.yaml"
     cfg.write_text(f"objective: mdlm\nmodel: {{d_model: 16, n_layers: 1, n_heads: 2, d_mlp: 32, max_seq_len: 32, "
                    f"positions: rope, attn_mask: bidirectional}}\ndata: {{source: {corpus}, tokenizer: char, seq_len: 32}}\n"
-                   "train: {steps: 3, batch_size: 4, lr: 1.0e-3, progress: false}\neval_batches: 4\n")
+                   "train: {steps: 40, batch_size: 8, lr: 3.0e-3, progress: false}\neval_batches: 4\n")
     assert main(["train", str(cfg), "--out", str(d / "run")]) == 0
     return d / "run"
 
@@ -165,6 +165,8 @@ def test_one_forward_serves_several_short_continuations(mdlm_run):
 
 def test_rolling_bound_matches_dlmlab_eval(mdlm_run, capsys):
     """The rolling ELBO bound over dlmlab eval's own windows equals its bound within their standard errors."""
+    from lm_eval.api.instance import Instance
+
     from dlmlab.data import load_corpus
     from dlmlab.data.lm import TokenStream
     from dlmlab.training.lm import load_run, run_objective
@@ -175,24 +177,27 @@ def test_rolling_bound_matches_dlmlab_eval(mdlm_run, capsys):
     stream, _ = load_corpus(cfg.data, tok)
     T = cfg.data.seq_len
     x = TokenStream.chunks(stream.val, T + 1, limit=cfg.eval_batches * cfg.train.batch_size)[:, :T]
-    # dlmlab eval's own estimator, replicated with other seeds: its standard error
+    # dlmlab eval's own estimator (its objective's loss on its windows), replicated with other seeds: the
+    # spread of one `dlmlab eval` number, and a mean of many with a small standard error
     obj = run_objective(cfg, tok.vocab_size)
     reps = []
-    for seed in range(6):
+    for seed in range(40):
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             b = [obj.loss(model, obj.make_batch(xb, g))[0].item() for xb in x.split(cfg.train.batch_size)]
         reps.append(sum(b) / len(b))
-    se_eval = float(torch.tensor(reps).std())
+    reps = torch.tensor(reps, dtype=torch.float64)
+    sd_eval, mean_eval = float(reps.std()), float(reps.mean())
     lm = DlmlabLM(path=str(mdlm_run), mc_num=16, greedy_check=False)
     docs = [tok.decode(row.tolist()) for row in x]
     assert all(lm.tok_encode(d) == row.tolist() for d, row in zip(docs, x))
-    ll = lm.loglikelihood_rolling([lm_eval.api.instance.Instance("loglikelihood_rolling", {}, (d,), 0) for d in docs])
+    ll = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (d,), 0) for d in docs])
     rolls = [r for r in lm.stats if r["kind"] == "rolling"]
     n_tok = x.numel()
     nelbo = -sum(ll) / n_tok
     se = math.sqrt(sum(r["se"] ** 2 for r in rolls)) / n_tok
-    assert abs(nelbo - nelbo_eval) < 3 * math.hypot(se, se_eval), (nelbo, nelbo_eval, se, se_eval)
+    assert abs(nelbo - nelbo_eval) < 3 * math.hypot(se, sd_eval), (nelbo, nelbo_eval, se, sd_eval)
+    assert abs(nelbo - mean_eval) < 3 * math.hypot(se, sd_eval / math.sqrt(len(reps))), (nelbo, mean_eval, se, sd_eval)
 
 
 def test_generation_batches_unequal_prompts_as_one_by_one(mdlm_run, gpt2_folder):
@@ -220,3 +225,57 @@ def test_cli_runs_the_harness(gpt2_folder, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # other commands still refuse unknown flags
         main(["eval", str(gpt2_folder), "--no-such-flag"])
+
+
+def _char_tokenizer(path, chars: str, **specials):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate(chars)}
+    for s in specials.values():
+        vocab[s] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=specials["unk_token"]))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = decoders.Fuse()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **specials).save_pretrained(path)
+
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_llada_and_dream_folders_score_exactly_one_token_answers(tmp_path, kind):
+    """A one-token continuation's ELBO is its exact log-probability; Dream's shifted logits are aligned."""
+    from safetensors.torch import save_file
+
+    from dlmlab.models.hf_dream import align_logits
+    from llada_format import llada_config, llada_weights
+
+    V = 40
+    common = dict(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    if kind == "llada":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+        tmp_path.mkdir(exist_ok=True)
+        (tmp_path / "config.json").write_text(json.dumps(llada_config(hf.config, mask_token_id=V - 1)))
+        save_file(llada_weights(hf), str(tmp_path / "model.safetensors"))
+    else:
+        hf = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+        hf.save_pretrained(tmp_path)
+        cfg = json.loads((tmp_path / "config.json").read_text())
+        cfg.update(model_type="Dream", architectures=["DreamModel"], mask_token_id=V - 1)
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _char_tokenizer(tmp_path, "abcdefghij ", unk_token="[UNK]", eos_token="[EOS]")
+    lm = DlmlabLM(path=str(tmp_path), mc_num=4)
+    assert lm.is_diffusion and lm.run.mask_id == V - 1 and lm.run.shift_logits == (kind == "dream")
+    ctx = lm.tok_encode("abc de")
+    scores = lm.score_pairs([(ctx, lm.tok_encode(c)) for c in "fg"])
+    with torch.no_grad():
+        out = lm.run.model(torch.tensor([ctx + [V - 1]]))
+    logits = (align_logits(out) if kind == "dream" else out)[0, -1].clone()
+    logits[V - 1] = -math.inf
+    for c, s in zip("fg", scores):
+        assert s.se == 0 and s.loglik == pytest.approx(float(logits.log_softmax(-1)[lm.tok_encode(c)[0]]), abs=1e-5)
+    # a longer continuation: a Monte Carlo estimate with its standard error, and generation runs
+    s = lm.score_pairs([(ctx, lm.tok_encode("fghij"))])[0]
+    assert math.isfinite(s.loglik) and s.se > 0
+    from lm_eval.api.instance import Instance
+
+    assert len(lm.generate_until([Instance("generate_until", {}, ("abc", {"max_gen_toks": 4}), 0)])) == 1
