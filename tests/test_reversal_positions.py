@@ -187,7 +187,7 @@ def test_claims_fail_against_their_controls():
 def test_tiny_study_with_multilayer_part(tmp_path, monkeypatch):
     import json
 
-    from dlmlab.studies.reversal.presets import ReversalPreset
+    from dlmlab.studies.reversal.presets import ReversalPreset, fixed_pair_task
     from dlmlab.studies.reversal.run import run_preset
     from dlmlab.training import TrainConfig
 
@@ -196,18 +196,28 @@ def test_tiny_study_with_multilayer_part(tmp_path, monkeypatch):
                          model=TransformerConfig(d_model=16, n_layers=1, n_heads=2),
                          train=TrainConfig(steps=4, batch_size=8, log_every=2, schedule="constant"),
                          positions=["learned", "rope", "alibi"], seeds=[0, 1], max_distance=5, device="cpu",
-                         multilayer=TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32))
+                         multilayer=TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32),
+                         pair_task=fixed_pair_task(6))
     cfg.validate()
     res = run_preset(cfg, "tiny", tmp_path, progress=False)
     data = json.loads((tmp_path / "results.json").read_text())
     titles = [t["title"] for t in data["tables"]]
-    assert titles[0].startswith("Table 1") and titles[1].startswith("Table 2") and titles[2].startswith("Table 3")
-    assert "multi-layer part (2 layers)" in titles[3]
+    assert [t.split(":")[0] for t in titles[:4]] == ["Table 1", "Table 2", "Table 2b", "Table 3"]
+    assert "fixed-layout pair task" in titles[2]
+    assert "multi-layer part (2 layers)" in titles[4]
     assert len(data["results"]["multilayer"]["runs"]) == 2 * 3 * 2
     assert {c.id for c in res.claims} == {"arm_fails_reverse", "mdm_transfers_reverse", "pe_ordering",
-                                          "attention_correlation_positive", "gradient_alignment_positive"}
+                                          "pe_ordering_fixed_layout", "attention_correlation_positive",
+                                          "gradient_alignment_positive"}
     s = data["results"]["summary"]["mdm/rope"]
     assert s["seeds"] == [0, 1] and set(s["ci"]["rev_p"]) == {"mean", "lo", "hi", "n", "method", "level", "unit"}
+    assert "storage_grad_cos_mean" in s["values"] and "grad_cos_mean" in s["values"]
     assert len(data["results"]["runs"]) == 12
+    pair = data["results"]["pair"]
+    assert len(pair["runs"]) == 3 * 2 and {r["kind"] for r in pair["runs"]} == {"mdm"}  # MDM only, 3 PEs x 2 seeds
+    assert all(r["part"] == "pair" and r["history"][0]["fwd_acc"] >= 0 for r in pair["runs"])
+    assert set(pair["summary"]) == {"mdm/learned", "mdm/rope", "mdm/alibi"}
+    assert "positional_corr" not in pair["summary"]["mdm/rope"]["values"]  # no probes on a 3-token task
+    assert all(r["cpu_seconds"] > 0 for r in data["results"]["runs"])
     with pytest.raises(ConfigError, match="one-layer"):
         ReversalPreset(model=TransformerConfig(n_layers=2)).validate()
