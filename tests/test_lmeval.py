@@ -11,16 +11,15 @@ import os
 import pytest
 import torch
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before the harness and datasets read them
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 lm_eval = pytest.importorskip("lm_eval")
 transformers = pytest.importorskip("transformers")
 
 from dlmlab.cli.main import main  # noqa: E402
 from dlmlab.lmeval import DlmlabLM, task_manager  # noqa: E402
 from dlmlab.lmeval import estimators as E  # noqa: E402
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 TASKS = ["dlmlab_reversal_mc", "dlmlab_wikitext2", "dlmlab_repeat_gen"]
 
@@ -279,3 +278,31 @@ def test_llada_and_dream_folders_score_exactly_one_token_answers(tmp_path, kind)
     from lm_eval.api.instance import Instance
 
     assert len(lm.generate_until([Instance("generate_until", {}, ("abc", {"max_gen_toks": 4}), 0)])) == 1
+
+
+def test_a_users_own_local_task_yaml(gpt2_folder, tmp_path, capsys):
+    """docs/lm_eval.md's recipe: a JSONL file of the user's and a YAML naming it, found by --include_path."""
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"q": f"Repeat: {w}\nAgain:", "a": w}) + "\n" for w in ("abc", "de", "fgh")))
+    tasks = tmp_path / "my_tasks"
+    tasks.mkdir()
+    (tasks / "my_repeat.yaml").write_text(f"""task: my_repeat
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+output_type: generate_until
+test_split: test
+doc_to_text: "{{{{q}}}}"
+doc_to_target: "{{{{a}}}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 8
+metric_list:
+  - metric: exact_match
+""")
+    out = tmp_path / "out"
+    assert main(["lm-eval", "--model_args", f"path={gpt2_folder}", "--tasks", "my_repeat,dlmlab_repeat_gen",
+                 "--include_path", str(tasks), "--limit", "2", "--output_path", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "my_repeat" in printed and "dlmlab_repeat_gen" in printed

@@ -57,15 +57,14 @@ def run(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _only_dlmlab_tasks(ns: argparse.Namespace):
-    """When every task asked for is a dlmlab task (and no --include_path of the user's), the harness's
-    task index covers only the dlmlab tasks folder: indexing its thousands of built-in YAMLs takes tens
-    of seconds on a small machine and finds nothing needed."""
+    """When every task asked for is found in the dlmlab tasks folder or the user's --include_path, the
+    harness's task index covers only those folders: indexing its thousands of built-in YAMLs takes tens
+    of seconds on a small machine and would find nothing needed."""
     from lm_eval.tasks import TaskManager
 
-    from dlmlab.lmeval import TASK_NAMES
-
     names = [t for task in (ns.tasks or []) for t in str(task).split(",") if t]
-    if not names or len(ns.include_path) > 1 or not all(n in TASK_NAMES for n in names):
+    known = TaskManager(include_path=ns.include_path, include_defaults=False).all_tasks if names else []
+    if not names or not all(n in known for n in names):
         yield
         return
     init = TaskManager.__init__
