@@ -230,3 +230,22 @@ def test_ladder_smoke_writes_its_table_and_figure(tmp_path):
     assert (tmp_path / "figures" / "ladder.png").stat().st_size > 1000
     assert set(res["results"]["ladder"]["trends"]) >= {"layer-0 previous-token head (best score)",
                                                        "mask-rate probe R^2 after block 0 (full range [0, 1])"}
+
+
+def test_rejudge_fills_chance_and_judges_stored_measurements(tmp_path, capsys, monkeypatch):
+    import json
+
+    from dlmlab.studies.induction import rejudge
+
+    monkeypatch.setattr(rejudge, "all_claims", lambda models: [C.mask_rate_probe_r2(models)])
+
+    res = {"preset": "cpu", "config": {"random_ids": "reserved", "n_random": 50},
+           "claims": [{"id": "mask_rate_probe_r2", "holds": False, "verdict": "contradicted"}],
+           "results": {"models": {"dlm_L2": {k: v for k, v in model(
+               probe={"r2": [0.1, 0.6, 0.7], "r2_control": [0.0, 0.01, 0.0], "r2_pooled": [0.5, 0.9, 0.9]}).items()
+               if k != "chance"}}}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    rows = {r[0]: r for r in rejudge.rejudge(json.loads((tmp_path / "results.json").read_text()))}
+    assert rows["mask_rate_probe_r2"][1:3] == ["contradicted", "inconclusive (scale)"]
+    assert rejudge.fill_chance(res)["dlm_L2"]["chance"] == pytest.approx(1 / 50)
+    assert rejudge.main([str(tmp_path / "results.json")]) == 0 and "mask_rate_probe_r2" in capsys.readouterr().out

@@ -9,6 +9,7 @@ import torch
 
 from dlmlab.analysis import ablation, circuits, emergence, fold, head_sets, heads, induction, timestep
 from dlmlab.objectives.mdlm import corrupt
+from dlmlab.report.intervals import control_test
 from dlmlab.studies.induction import heads_twoways as twoways
 from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD
 from dlmlab.studies.induction.presets import InductionPreset
@@ -165,6 +166,7 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
                                  "t_range": list(FULL_RANGE)}
         r["patch"] = timestep.mean_shift_patch(model, probe_tokens, mid, rep.points[1], p.patch_low, p.patch_high,
                                                N_RANDOM_CONTROLS, seed=p.seed)
+        r["patch"]["control"] = control_test(r["patch"]["delta"], r["patch"]["random_deltas"]).as_dict()
 
     if run_dir is not None:
         ev_tokens = eval_tokens[: max(8, eval_tokens.shape[0] // 2)]

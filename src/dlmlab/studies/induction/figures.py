@@ -75,15 +75,20 @@ def context_bars(out: Path, models: dict[str, dict]) -> dict:
 def probe_figure(out: Path, models: dict[str, dict]) -> dict:
     fig, axes = new_figure(width=4.5, height=3.2)
     ax = axes[0][0]
-    for k, m in sorted(models.items()):
+    for i, (k, m) in enumerate(sorted(models.items())):
         if "probe" in m:
             r2 = m["probe"]["r2"]
-            ax.plot(range(len(r2)), r2, marker="o", label=k)
+            lo, hi = m["probe"].get("t_range", ["?", "?"])
+            ax.plot(range(len(r2)), r2, marker="o", color=f"C{i}", label=f"{k}, t in [{lo}, {hi}] (training)")
+        if "probe_full_range" in m:
+            r2 = m["probe_full_range"]["r2"]
+            ax.plot(range(len(r2)), r2, marker="s", ls="--", color=f"C{i}", label=f"{k}, t in [0, 1]")
     ax.set_xlabel("residual point (0 = embedding, i = after block i-1)")
     ax.set_ylabel("held-out R^2")
     ax.set_title("ridge probe of the global mask fraction", fontsize=9)
     ax.legend(fontsize=7)
-    return save_figure(fig, out, "probe_r2", "Held-out R^2 of the mask-rate probe per residual point (DLMs).")
+    return save_figure(fig, out, "probe_r2", "Held-out R^2 of the mask-rate probe per residual point (DLMs), over the "
+                       "training mask rates (solid) and the full range [0, 1] (dashed), on the same checkpoint.")
 
 
 CURVE_LABELS = {"prev_layer0": "best layer-0 previous-token score", "next_layer0": "best layer-0 next-token score",
