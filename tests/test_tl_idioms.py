@@ -188,18 +188,26 @@ def test_weight_views_refuse_what_a_model_lacks():
     assert list(c) == ["blocks.0.resid_post"]
 
 
-def test_against_transformer_lens_on_identical_weights():
-    """A HookedTransformer given dlmlab's weight views computes the same logits, activations and hooked runs."""
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_against_transformer_lens_on_identical_weights(positions):
+    """A HookedTransformer given dlmlab's weight views computes the same logits, activations and hooked runs
+    (learned positions, and rotary ones: TransformerLens's default rotary convention is dlmlab's)."""
     tl = pytest.importorskip("transformer_lens", reason="TransformerLens is not installed (not a dlmlab dependency)")
-    if not hasattr(tl, "HookedTransformerConfig") or "HookedTransformer" not in dir(tl):
+    try:
+        tl.HookedTransformer
+    except (AttributeError, ImportError):
         pytest.skip("this TransformerLens has no HookedTransformer (removed in 4.0)")
-    m, x = _tf().double(), _tokens()
+    m, x = _tf(positions=positions).double(), _tokens()
+    rotary = {"positional_embedding_type": "rotary", "rotary_dim": 4, "rotary_base": 10000} \
+        if positions == "rope" else {}
     cfg = tl.HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_mlp=32, d_vocab=V,
                                      act_fn="gelu_new", normalization_type="LN", eps=1e-5, dtype=torch.float64,
-                                     default_prepend_bos=False)
+                                     default_prepend_bos=False, **rotary)
     ref = tl.HookedTransformer(cfg).eval()
-    sd = {"embed.W_E": m.W_E, "pos_embed.W_pos": m.W_pos, "ln_final.w": m.ln_final.weight,
-          "ln_final.b": m.ln_final.bias, "unembed.W_U": m.W_U, "unembed.b_U": m.b_U}
+    sd = {"embed.W_E": m.W_E, "ln_final.w": m.ln_final.weight, "ln_final.b": m.ln_final.bias,
+          "unembed.W_U": m.W_U, "unembed.b_U": m.b_U}
+    if positions == "learned":
+        sd["pos_embed.W_pos"] = m.W_pos
     for i, blk in enumerate(m.blocks):
         for n in ("ln1", "ln2"):
             sd[f"blocks.{i}.{n}.w"], sd[f"blocks.{i}.{n}.b"] = getattr(blk, n).weight, getattr(blk, n).bias
@@ -212,14 +220,15 @@ def test_against_transformer_lens_on_identical_weights():
         tl_logits, tl_cache = ref.run_with_cache(x)
         logits, cache = m.run_with_cache(x, names_filter=lambda n: True)
     assert torch.allclose(logits, tl_logits, atol=1e-10)
-    for name in ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.1.attn.hook_q",
+    names = ["hook_embed"] + (["hook_pos_embed"] if positions == "learned" else [])
+    for name in names + ["blocks.0.hook_resid_pre", "blocks.1.attn.hook_q",
                  "blocks.1.attn.hook_k", "blocks.1.attn.hook_v", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_z",
                  "blocks.1.hook_attn_out", "blocks.0.hook_resid_mid", "blocks.1.mlp.hook_post",
-                 "blocks.1.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized"):
+                 "blocks.1.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized"]:
         assert torch.allclose(cache[name], tl_cache[name], atol=1e-10), name
     assert torch.allclose(cache.stack_head_results(), tl_cache.stack_head_results(), atol=1e-10)
-    for name in ("W_E", "W_U", "W_pos", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-                 "W_in", "b_in", "W_out", "b_out"):
+    for name in ["W_E", "W_U"] + (["W_pos"] if positions == "learned" else []) + ["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
+                 "W_in", "b_in", "W_out", "b_out"]:
         assert getattr(m, name).shape == getattr(ref, name).shape, name
         assert torch.allclose(getattr(m, name), getattr(ref, name)), name
 
