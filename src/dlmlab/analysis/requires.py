@@ -41,7 +41,7 @@ def public_name(analysis: str) -> str:
             fn = frame.f_code.co_name
             if module != __name__ and not fn.startswith(("_", "<")) and callable(frame.f_globals.get(fn)):
                 name = fn
-        elif not module.split(".")[0] in _PASS_THROUGH:
+        elif module.split(".")[0] not in _PASS_THROUGH:
             break  # the caller (user code, a study, the CLI)
         frame = frame.f_back
     return name
