@@ -227,8 +227,8 @@ def test_against_transformer_lens_on_identical_weights(positions):
                  "blocks.1.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized"]:
         assert torch.allclose(cache[name], tl_cache[name], atol=1e-10), name
     assert torch.allclose(cache.stack_head_results(), tl_cache.stack_head_results(), atol=1e-10)
-    for name in ["W_E", "W_U"] + (["W_pos"] if positions == "learned" else []) + ["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-                 "W_in", "b_in", "W_out", "b_out"]:
+    views = ["W_E", "W_U", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "b_in", "W_out", "b_out"]
+    for name in views + (["W_pos"] if positions == "learned" else []):
         assert getattr(m, name).shape == getattr(ref, name).shape, name
         assert torch.allclose(getattr(m, name), getattr(ref, name)), name
 

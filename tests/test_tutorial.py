@@ -42,7 +42,8 @@ def _run(lang: str, code: str, folder: Path, ns: dict, i: int) -> None:
     if lang == "bash":
         proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", code], cwd=folder, env=_env(),
                               capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"tutorial block {i} failed:\n{code}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        assert proc.returncode == 0, (f"tutorial block {i} failed:\n{code}\n--- stdout\n{proc.stdout}\n"
+                                      f"--- stderr\n{proc.stderr}")
     else:
         exec(compile(code, f"docs/tutorial.md[block {i}]", "exec"), ns)  # noqa: S102 - our own docs
 

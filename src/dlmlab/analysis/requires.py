@@ -47,6 +47,9 @@ def public_name(analysis: str) -> str:
     return name
 
 
+_name = public_name  # (short, for the messages below)
+
+
 def a_model(model) -> str:
     """ "a Mamba", "an LSTM", "a Transformer" (for messages)."""
     name = family_name(model)
@@ -58,7 +61,7 @@ def require_blocks(model, analysis: str) -> int:
     """The number of blocks; raises unless ``model.blocks`` is a non-empty sequence of blocks."""
     blocks = getattr(model, "blocks", None)
     if not blocks:
-        raise UnsupportedModel(f"{public_name(analysis)} needs a model with blocks (model.blocks); got {a_model(model)} without any")
+        raise UnsupportedModel(f"{_name(analysis)} needs a model with blocks (model.blocks); got {a_model(model)} without any")
     return len(blocks)
 
 
@@ -80,13 +83,13 @@ def require_hooks(model, names: Iterable[str], analysis: str, what: str = "") ->
     """
     points = getattr(model, "hook_points", None)
     if not isinstance(points, dict):
-        raise UnsupportedModel(f"{public_name(analysis)} needs a hooked dlmlab model (model.hook_points); "
+        raise UnsupportedModel(f"{_name(analysis)} needs a hooked dlmlab model (model.hook_points); "
                                f"got {type(model).__name__}")
     missing = [n for n in names if not any(p == n or fnmatch.fnmatchcase(p, n) for p in points)]
     if missing:
         shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
         why = f" ({what})" if what else ""
-        raise UnsupportedModel(f"{public_name(analysis)} needs the hook point{'s' if len(missing) > 1 else ''} {shown}{why}; "
+        raise UnsupportedModel(f"{_name(analysis)} needs the hook point{'s' if len(missing) > 1 else ''} {shown}{why}; "
                                f"got {a_model(model)} without {'them' if len(missing) > 1 else 'it'}")
 
 
@@ -101,11 +104,11 @@ def require_attention(model, analysis: str, points: Iterable[str] = (), weights:
     ``blocks.{i}.attn.<p>`` for ``p`` in ``points`` and, with ``weights``, per-head weights
     (``attn.head_weights()``)."""
     if not has_attention(model):
-        raise UnsupportedModel(f"{public_name(analysis)} needs an attention model (blocks.{{i}}.attn); got {a_model(model)}")
+        raise UnsupportedModel(f"{_name(analysis)} needs an attention model (blocks.{{i}}.attn); got {a_model(model)}")
     require_hooks(model, [f"blocks.{i}.attn.{p}" for p in points for i in range(len(model.blocks))], analysis,
                   "attention hook points")
     if weights and not all(hasattr(b.attn, "head_weights") for b in model.blocks):
-        raise UnsupportedModel(f"{public_name(analysis)} needs per-head attention weights (blocks.{{i}}.attn.head_weights()); "
+        raise UnsupportedModel(f"{_name(analysis)} needs per-head attention weights (blocks.{{i}}.attn.head_weights()); "
                                f"got {a_model(model)} without them")
 
 
@@ -114,7 +117,7 @@ def require_modules(model, names: Iterable[str], analysis: str, what: str = "") 
     missing = [n for n in names if getattr(model, n, None) is None]
     if missing:
         why = f" ({what})" if what else ""
-        raise UnsupportedModel(f"{public_name(analysis)} needs model.{', model.'.join(missing)}{why}; got {a_model(model)} without")
+        raise UnsupportedModel(f"{_name(analysis)} needs model.{', model.'.join(missing)}{why}; got {a_model(model)} without")
 
 
 def require_transformer(model, analysis: str, points: Iterable[str] = (), weights: bool = False) -> None:
@@ -122,6 +125,6 @@ def require_transformer(model, analysis: str, points: Iterable[str] = (), weight
     ``attention_bias``, ``tok_emb``, ``unembed``, ``ln_final``): analyses that recompute parts of its forward."""
     require_attention(model, analysis, points, weights)
     if getattr(model, "family", None) != "transformer" or not hasattr(model, "attention_bias"):
-        raise UnsupportedModel(f"{public_name(analysis)} needs a dlmlab Transformer (it recomputes the attention scores / "
+        raise UnsupportedModel(f"{_name(analysis)} needs a dlmlab Transformer (it recomputes the attention scores / "
                                f"OV paths from the config); got {a_model(model)}")
     require_modules(model, ("tok_emb", "unembed", "ln_final"), analysis)

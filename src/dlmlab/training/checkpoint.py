@@ -73,7 +73,8 @@ def _fall_back(ck: Path) -> str:
     """What to do about a bad checkpoint folder ``ck``: in a run's ``checkpoints/``, fall back to an earlier one
     (naming only files that exist); a checkpoint folder on its own has nothing to fall back to."""
     if ck.parent.name != "checkpoints":
-        return f"{ck} is a checkpoint folder on its own, with no earlier checkpoint beside it: copy it again from its source"
+        return (f"{ck} is a checkpoint folder on its own, with no earlier checkpoint beside it: copy it again from "
+                "its source")
     latest = ck.parent / "latest.json"
     others = [p.name for _, p in list_checkpoints(ck.parent.parent) if p != ck]
     delete = f"{ck} and {latest}" if latest.is_file() else f"{ck}"
