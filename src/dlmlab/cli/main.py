@@ -25,6 +25,8 @@ EPILOG = """examples:
   dlmlab reproduce reversal --preset smoke --out runs/reversal
   dlmlab reproduce all --preset cpu --out runs/all
   torchrun --nproc_per_node 2 -m dlmlab.cli.main train configs/shakespeare_ar.yaml --out runs/ar2
+
+new here: docs/tutorial.md (train, sample, load, analyse, evaluate); every config field: docs/config_reference.md
 """
 
 
