@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dlmlab.studies.state import claims as C
+from dlmlab.studies.state import claims_mech
 
 LATE, EARLY, GRADUAL = [0.5, 0.55, 0.6, 0.62, 1.0], [0.5, 1.0, 1.0, 1.0, 1.0], [0.2, 0.5, 0.65, 0.8, 0.95]
 ABRUPT = [0.2, 0.3, 0.3, 0.3, 0.9]  # one block adds all of the gain (and it is the last one: "late")
@@ -255,3 +256,30 @@ def test_dyck_and_grouping_over_seeds():
         [True, False, False]
     more[("lstm", "s3")][1] = cell("lstm", "s3", LATE)
     assert vj(C.s3_with_parity(grp, more)) == ("reproduced", None)
+
+
+def test_random_controls_with_200_draws_decide_the_ablation_claims():
+    draws = list(np.random.default_rng(0).normal(0.0, 0.01, 200))
+    assert claims_mech.beats_control(0.2, draws, 0.02)[0] == "wins"
+    assert claims_mech.beats_control(0.02, draws, 0.02)[0] == "short"  # beats most draws, not by the margin
+    assert claims_mech.beats_control(-0.01, draws, 0.02)[0] == "loses"
+    with pytest.raises(ValueError, match="200 draws"):
+        claims_mech.beats_control(0.2, draws[:20], 0.02)
+    above = {40: True, 80: True, 120: True}
+
+    def one(value):  # the single random subspace says "wins" every time: the distribution decides
+        return {("lstm", "s3"): cell("lstm", "s3", GRADUAL, ablation=_ablation([0.5, 0.4, 0.4], [0, 0, 0]),
+                                     above_chance_by_len=above, control={"value": value, "draws": draws, "n_seqs": 16})}
+
+    cl = C.direction_ablation(one(0.3))
+    assert vj(cl) == ("reproduced", None) and cl.evidence["cells"]["lstm/s3"]["train"]["control"]["n_draws"] == 200
+    assert vj(C.direction_ablation(one(0.015))) == ("inconclusive", "scale")
+    assert vj(C.direction_ablation(one(-0.05))) == ("contradicted", None)
+    # per-layer distributions on a pretrained model: block 1 clears its draws, readable block 3 -> split
+    layer = [{"value": v, "draws": draws} for v in (0.0, 0.3, 0.0, 0.02, 0.0)]
+    r = dict(_pre("mamba", [0.0] * 5), layer_control=layer)
+    cl = C.readability_causality([r])
+    assert vj(cl) == ("reproduced", None) and cl.evidence["models"]["mamba:mamba-cpu"]["causal_block"] == 1
+    layer[1]["value"] = 0.04  # above the draws' median, not by 0.05: short of the margin
+    cl = C.readability_causality([dict(r, layer_control=layer)])
+    assert vj(cl) == ("inconclusive", "scale") and "median of its draws" in cl.detail

@@ -10,7 +10,7 @@ import pytest
 from dlmlab.config import ConfigError
 from dlmlab.studies import load_study
 from dlmlab.studies.state import PRESETS, TITLE
-from dlmlab.studies.state.claims import all_claims
+from dlmlab.studies.state.claims import all_claims, claims_from_results
 
 CLAIMS = {"prefix_tasks_late_in_recurrent", "prefix_tasks_gradual_in_transformer",
           "dyck_early_in_transformer_gradual_in_recurrent",
@@ -92,7 +92,7 @@ def test_claims_computed_from_cells(smoke):
     import importlib
 
     state_run = importlib.import_module("dlmlab.studies.state.run")
-    _, res = smoke
+    out, res = smoke
     cells = {(c["arch"], c["task"]): c for c in res.results["cells"]}
     conv = {(c["arch"], c["task"], c["seed"]): c for c in res.results["conv_runs"]}
     conv.update({("mamba", t, 0): cells[("mamba", t)] for t in PRESETS["smoke"].conv_tasks})
@@ -102,6 +102,9 @@ def test_claims_computed_from_cells(smoke):
     again = {c.id: (c.verdict, c.reason, c.detail) for c in all_claims(cells, conv, res.results["pretrained"],
                                                                        seed_cells)}
     assert again == {c.id: (c.verdict, c.reason, c.detail) for c in res.claims}
+    # ... and re-judged from results.json alone (how an older run's cells are judged with these definitions)
+    data = json.loads((out / "results.json").read_text())
+    assert {c.id: (c.verdict, c.reason, c.detail) for c in claims_from_results(data)} == again
     assert state_run.status({"learned": True, "above_chance": True}) == "learned"
     L = PRESETS["smoke"].train_len
 

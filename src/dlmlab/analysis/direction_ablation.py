@@ -123,3 +123,13 @@ def ablation_drops(model, eval_sets: Mapping, hook: str, bases: Mapping[str, obj
             acc = tagging_accuracy(model, x, y, {hook: fn}, batch_size=batch_size)
             out[kind][key] = {"base": base[key], "ablated": acc, "drop": base[key] - acc}
     return out
+
+
+def random_subspace_drops(model, tokens: torch.Tensor, labels: torch.Tensor, hook: str, d: int, k: int, n: int,
+                          seed: int = 0, batch_size: int = 256) -> np.ndarray:
+    """Accuracy drops from projecting out ``n`` random rank-``k`` subspaces of the width-``d`` activation at ``hook``
+    (the random control's distribution, e.g. for :func:`dlmlab.report.intervals.control_test`) -> [n]; draw ``i``
+    uses :func:`random_basis` seed ``seed + i``."""
+    base = tagging_accuracy(model, tokens, labels, batch_size=batch_size)
+    return np.array([base - tagging_accuracy(model, tokens, labels, {hook: project_out(random_basis(d, k, seed + i))},
+                                             batch_size=batch_size) for i in range(n)])

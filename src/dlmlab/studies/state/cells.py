@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dlmlab.analysis.direction_ablation import (ablation_drops, per_sequence_accuracy, probe_basis, project_out,
-                                                random_basis, tagging_accuracy)
+                                                random_basis, random_subspace_drops, tagging_accuracy)
 from dlmlab.analysis.layer_probes import best_layer, collect_states, probe_layers, residual_layers
 from dlmlab.analysis.patching import patch_positions
 from dlmlab.config import ConfigError
@@ -205,10 +205,12 @@ def _subset(by_len: dict, n: int, lens=None) -> dict:
     return {L: (x[:n], y[:n]) if n else (x, y) for L, (x, y) in by_len.items() if not lens or L in lens}
 
 
-def analyse_model(model, data: EvalData, p: StatePreset, probes_only: bool = False) -> dict:
-    """Probes per layer; ablations at the best block (all lengths); per-layer probe-subspace ablation against a
-    random subspace of equal rank; activation patching per position and layer (``probes_only``: the probes,
-    best layer / block and ``n_layers`` only)."""
+def analyse_model(model, data: EvalData, p: StatePreset, probes_only: bool = False, layer_draws: bool = False) -> dict:
+    """Probes per layer; ablations at the best block (all lengths), with ``p.control_draws`` random subspaces of
+    equal rank at the training length (``control``); per-layer probe-subspace ablation against a random subspace
+    of equal rank (``layer_draws``: also against ``p.control_draws`` of them per layer, ``layer_control``);
+    activation patching per position and layer (``probes_only``: the probes, best layer / block and ``n_layers``
+    only)."""
     t1 = time.perf_counter()
     cell: dict = {}
     names = residual_layers(model)
@@ -235,6 +237,14 @@ def analyse_model(model, data: EvalData, p: StatePreset, probes_only: bool = Fal
     cell["ablation_hook"] = hook
     cell["ablation_k"] = k
     cell["ablation"] = ablation_drops(model, _subset(data.by_len, p.ablation_seqs, p.ablation_lens), hook, bases)
+    # the random control's distribution at the training length: control_draws random subspaces of the same rank,
+    # on the first control_seqs sequences (the probe subspace's drop measured on the same sequences)
+    xc, yc = _subset(data.by_len, p.control_seqs)[p.train_len]
+    if p.control_draws:
+        cell["control"] = {"n_seqs": int(len(xc)), "value": tagging_accuracy(model, xc, yc)
+                           - tagging_accuracy(model, xc, yc, {hook: project_out(sub)}),
+                           "draws": random_subspace_drops(model, xc, yc, hook, D, k, p.control_draws,
+                                                          p.seed * 100_003 + 11).tolist()}
     # per-layer causal profile: project out each layer's probe subspace, and a random subspace of the same
     # rank as its control (train length)
     x0, y0 = _subset(data.by_len, p.ablation_seqs)[p.train_len]
@@ -248,6 +258,14 @@ def analyse_model(model, data: EvalData, p: StatePreset, probes_only: bool = Fal
         ctrl.append(base0 - tagging_accuracy(model, x0, y0, {n: project_out(rnd)}))
     cell["layer_ablation_drop"] = drops
     cell["layer_random_drop"] = ctrl
+    if layer_draws and p.control_draws:  # per layer: the probe-subspace drop and its random control's distribution
+        cell["layer_control"] = []
+        for i, (n, lp) in enumerate(zip(names, probes)):
+            b = probe_basis(lp.probe)
+            cell["layer_control"].append({
+                "value": tagging_accuracy(model, xc, yc) - tagging_accuracy(model, xc, yc, {n: project_out(b)}),
+                "draws": random_subspace_drops(model, xc, yc, n, states[n].shape[-1], int(np.linalg.matrix_rank(b)),
+                                               p.control_draws, p.seed * 100_003 + 1_000 * (i + 1)).tolist()})
     if data.patch is not None and len(data.patch[0]) >= 2:
         clean, corrupted, a, b, c = data.patch
         T = clean.shape[1]

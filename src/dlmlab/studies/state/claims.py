@@ -176,3 +176,34 @@ def all_claims(cells, conv_runs=None, pretrained=None, seed_cells=None) -> list[
     return [late_in_recurrent(cells, seed_cells), gradual_in_transformer(cells, seed_cells),
             dyck_inversion(cells, seed_cells), s3_with_parity(cells, seed_cells), direction_ablation(cells),
             conv1d(conv_runs or {}), readability_causality(pretrained or [], cells)]
+
+
+_BY_LEN = ("acc_by_len", "acc_per_seq", "chance", "above_chance_by_len")
+
+
+def int_lengths(cell: dict) -> dict:
+    """``cell`` with its evaluation lengths (dict keys, strings after JSON) as ints again (in place)."""
+    for name in _BY_LEN:
+        if name in cell:
+            cell[name] = {int(k): v for k, v in cell[name].items()}
+    if "ablation" in cell:
+        cell["ablation"] = {kind: {int(k): v for k, v in by_len.items()} for kind, by_len in cell["ablation"].items()}
+    return cell
+
+
+def claims_from_results(data: dict) -> list[Claim]:
+    """The claims re-judged from a state ``results.json`` (``data``: the parsed file, this version's or an older
+    one's), with this version's definitions: cells, Conv1D runs, further seeds and pretrained results are read
+    from ``data["results"]``."""
+    import copy
+
+    res = copy.deepcopy(data["results"])
+    cells = {(c["arch"], c["task"]): int_lengths(c) for c in res["cells"]}
+    runs = {(c["arch"], c["task"], c["seed"]): int_lengths(c) for c in res.get("conv_runs", []) + res.get("seed_runs", [])}
+    conv = {k: c for k, c in runs.items() if k[0] in ("mamba", "mamba-noconv")}
+    conv.update({("mamba", t, 0): c for (a, t), c in cells.items() if a == "mamba" and ("mamba-noconv", t, 0) in conv})
+    seed_cells: dict = {}
+    for (a, t, s), c in sorted(runs.items()):
+        if a != "mamba-noconv" and "probes" in c and (a, t) in cells:
+            seed_cells.setdefault((a, t), []).append(c)
+    return all_claims(cells, conv, res.get("pretrained", []), seed_cells)

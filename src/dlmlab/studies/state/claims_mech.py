@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from dlmlab.report import Claim
-from dlmlab.report.claims import (REPRODUCED, Judgement, combine, contradicted, interval_verdict, learned_level,
-                                  not_run, precondition_failed, short_of_scale, underpowered)
-from dlmlab.report.intervals import Interval, hierarchical_ci
+from dlmlab.report.claims import (CONTROL_ALPHA, REPRODUCED, Judgement, combine, contradicted, interval_verdict,
+                                  learned_level, not_run, precondition_failed, short_of_scale, underpowered)
+from dlmlab.report.intervals import Interval, control_test, hierarchical_ci
 from dlmlab.studies.state.claims_base import (ABLATION_MARGIN, CAUSAL_MARGIN, EQUIV_LEVEL, EQUIV_MARGIN,
                                               MIN_CONV_SEEDS, OOD_MIN_LEN, PREFIX, TOL, _chance_text, _judged,
                                               _none_counted, _not_learned_row, _split, best_block, is_learned)
@@ -23,6 +23,15 @@ def _mean_drop(by_len: dict, lens) -> float:
 def _beats(ps: float, rs: float, margin: float) -> str:
     """'wins' (probe drop > random + margin), 'short' (above the random drop, not by the margin), 'loses'."""
     return "wins" if ps > rs + margin else "short" if ps > rs else "loses"
+
+
+def beats_control(value: float, draws, margin: float) -> tuple[str, dict]:
+    """A drop against the distribution of its random control (>= 200 draws, :func:`control_test`): 'wins' when it
+    is significant (permutation p <= 0.05) and exceeds the draws' median by > ``margin``; 'short' when it is
+    above the median otherwise (the study's way, short of its level); 'loses' at or below the median."""
+    t = control_test(value, draws)
+    out = "wins" if t.p <= CONTROL_ALPHA and value > t.median + margin else "short" if value > t.median else "loses"
+    return out, t.as_dict()
 
 
 def _most(outcomes: dict, what: str) -> Judgement:
@@ -42,8 +51,9 @@ def _most(outcomes: dict, what: str) -> Judgement:
 def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int = OOD_MIN_LEN) -> Claim:
     st = (f"Projecting out the probe subspace (all class directions of the probe at the best block) drops accuracy "
           f"more than projecting out a random subspace of equal rank (by > {margin}) in most cells that learned "
-          f"their task, both at the training length and at the unseen lengths >= {ood_min_len} (mean; cells at "
-          "chance there are not counted at those lengths)")
+          f"their task, both at the training length (against >= 200 random subspaces: permutation p <= 0.05 and > "
+          f"{margin} above their median) and at the unseen lengths >= {ood_min_len} (mean, against one random "
+          "subspace; cells at chance there are not counted at those lengths)")
     cid = "probe_direction_ablation_drops_accuracy"
     ran = {f"{a}/{t}": c for (a, t), c in cells.items() if "ablation" in c}
     if not ran:
@@ -59,6 +69,11 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
         ps, rs = ab["probe_subspace"][L0]["drop"], ab["random_subspace"][L0]["drop"]
         row = {"rank": c.get("ablation_k"), "train": {"probe_subspace": ps, "random_subspace": rs,
                                                       "outcome": _beats(ps, rs, margin)}}
+        if c.get("control"):  # the control's distribution (>= 200 random subspaces) decides at the training length
+            ps = c["control"]["value"]
+            out, test = beats_control(ps, c["control"]["draws"], margin)
+            row["train"].update(probe_subspace=ps, random_subspace=test["control_median"], outcome=out,
+                                control=test, n_seqs=c["control"].get("n_seqs"))
         row["train"]["wins"] = row["train"]["outcome"] == "wins"
         if ood_ok:
             ps, rs = _mean_drop(ab["probe_subspace"], ood_ok), _mean_drop(ab["random_subspace"], ood_ok)
@@ -95,13 +110,30 @@ def causal_block(drops, control, margin: float = CAUSAL_MARGIN) -> int | None:
     return int(np.flatnonzero(ok & (d >= best - TOL))[0]) + 1
 
 
+def _layer_controls(res: dict, margin: float) -> tuple[list[float], list[float], list[bool] | None]:
+    """Per block (layer 1 ... n): the probe-subspace drop, its control value and, with ``layer_control`` (>= 200
+    random subspaces per layer), whether the drop clears it (p <= 0.05 and >= median + ``margin``); without it
+    (one random subspace per layer) None."""
+    if res.get("layer_control"):
+        lc = res["layer_control"][1:]
+        tests = [control_test(x["value"], x["draws"]) for x in lc]
+        return ([x["value"] for x in lc], [t.median for t in tests],
+                [t.p <= CONTROL_ALPHA and x["value"] >= t.median + margin for x, t in zip(lc, tests)])
+    return list(res["layer_ablation_drop"][1:]), list(res["layer_random_drop"][1:]), None
+
+
 def split_row(res: dict, margin: float = CAUSAL_MARGIN) -> tuple[dict, Judgement]:
     """One model's readable block (best probe block), causal block (:func:`causal_block` of its per-layer
     probe-subspace ablation against the random subspace) and the verdict of "they differ": differ -> reproduced;
     same block -> contradicted; no causal block but a block whose drop exceeds its control (short of ``margin``) ->
     inconclusive / scale with the value and its control; no block above its control -> contradicted (absent)."""
-    drops, ctrl = res["layer_ablation_drop"][1:], res["layer_random_drop"][1:]
-    causal = causal_block(drops, ctrl, margin)
+    drops, ctrl, ok = _layer_controls(res, margin)
+    if ok is None:
+        causal = causal_block(drops, ctrl, margin)
+    else:  # the largest drop among the blocks that clear their control's distribution (earliest within TOL)
+        d = np.asarray(drops, dtype=float)
+        okm = np.asarray(ok, dtype=bool)
+        causal = int(np.flatnonzero(okm & (d >= d[okm].max() - TOL))[0]) + 1 if okm.any() else None
     excess = np.asarray(drops, dtype=float) - np.asarray(ctrl, dtype=float)
     j_best = int(np.argmax(excess))
     row = {"readable_block": best_block(res), "causal_block": causal, "block_drops": list(drops),
@@ -109,8 +141,9 @@ def split_row(res: dict, margin: float = CAUSAL_MARGIN) -> tuple[dict, Judgement
     if causal is not None:
         same = row["readable_block"] == causal
         return row, contradicted(f"readable and causal block both {causal}") if same else REPRODUCED
-    what = (f"block {j_best + 1}: drop {drops[j_best]:.3f} vs random subspace {ctrl[j_best]:.3f} "
-            f"(needs + {margin})")
+    what = (f"block {j_best + 1}: drop {drops[j_best]:.3f} vs random subspace {ctrl[j_best]:.3f}"
+            f"{' (median of its draws)' if ok is not None else ''} (needs + {margin}"
+            f"{' and p <= 0.05' if ok is not None else ''})")
     return row, short_of_scale(what) if excess[j_best] > 0 else contradicted(f"no block's drop exceeds its random "
                                                                             f"control ({what})")
 
@@ -134,8 +167,9 @@ def readability_causality(pretrained, cells=None, margin: float = CAUSAL_MARGIN)
     st = ("Readability and causal use split, pronounced in pretrained models: in each pretrained checkpoint "
           "(Pythia-style GPT-NeoX and Mamba, fine-tuned on the task; each must have learned it) the block where the "
           "state is best linearly readable differs from the block whose probe-subspace ablation drops accuracy most "
-          f"(a drop counts only when >= {margin} above projecting out a random subspace of equal rank there); the "
-          "toy cells are reported beside, not counted")
+          f"(a drop counts only when >= {margin} above projecting out a random subspace of equal rank there; with "
+          ">= 200 such random subspaces per layer: permutation p <= 0.05 and >= their median + the margin); the toy "
+          "cells are reported beside, not counted")
     cid = "readability_vs_causality_split"
     toy = _toy_split(cells or {}, margin)
     pre = [r for r in (pretrained or []) if "layer_ablation_drop" in r and "layer_random_drop" in r and "probes" in r]

@@ -60,6 +60,8 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     probe_samples: int = 2000  # positions per probe
     probe_max_iter: int = 200
     ablation_seqs: int = 0
+    control_draws: int = 200  # random subspaces drawn as the control of the probe-subspace ablation (0: off)
+    control_seqs: int = 16  # sequences (training length) those draws and their probe-subspace drop are measured on
     ablation_lens: list[int] = field(default_factory=list)
     profile_seeds: int = 1  # seeds of the profile claims' cells (profile_archs x profile_tasks; further seeds: probes)
     profile_archs: list[str] = field(default_factory=lambda: ["transformer", "mamba", "lstm"])
@@ -118,6 +120,11 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
         require(self.patch_seqs >= 4, "patch_seqs must be >= 4")
         require(0 <= self.chance_margin < 1, f"chance_margin must be in [0, 1), got {self.chance_margin}")
         require(0 <= self.ablation_seqs, f"ablation_seqs must be >= 0, got {self.ablation_seqs}")
+        from dlmlab.report.intervals import MIN_CONTROL_DRAWS
+
+        require(self.control_draws == 0 or self.control_draws >= MIN_CONTROL_DRAWS,
+                f"control_draws must be 0 (off) or >= {MIN_CONTROL_DRAWS}, got {self.control_draws}")
+        require(self.control_seqs >= 0, f"control_seqs must be >= 0, got {self.control_seqs}")
         require(not self.ablation_lens or (set(self.ablation_lens) <= set(self.eval_lens)
                                            and self.train_len in self.ablation_lens),
                 "ablation_lens must be evaluation lengths and include train_len")

@@ -163,7 +163,7 @@ def run_pretrained(path: str | Path, task_name: str, p, progress: bool = True) -
     if record is not None:
         res["pretrain"] = {k: v for k, v in record.items() if k != "config"}
     t1 = time.process_time()
-    res.update(analyse_model(model, data, p))
+    res.update(analyse_model(model, data, p, layer_draws=True))  # readability vs causality is judged here
     res["probe_accuracy"] = [pr["accuracy"] for pr in res["probes"]]
     drops = [v["drop"] for v in res["ablation"]["probe_dir"].values()]
     res["probe_dir_drop"] = sum(drops) / len(drops)

@@ -16,7 +16,7 @@ from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.state import figures
 from dlmlab.studies.state.cells import build, eval_data, make_task, run_cell
-from dlmlab.studies.state.claims import all_claims, largest_jump_layer
+from dlmlab.studies.state.claims import all_claims, int_lengths, largest_jump_layer
 from dlmlab.studies.state.presets import PRESETS, StatePreset
 from dlmlab.studies.threads import threads_for, torch_threads
 from dlmlab.training import TrainConfig
@@ -217,9 +217,6 @@ def _plain(x):
     raise TypeError(f"cannot save {type(x).__name__} in a state-study cell")
 
 
-_BY_LEN = ("acc_by_len", "acc_per_seq", "chance", "above_chance_by_len")
-
-
 def load_cell(out: Path, key: Key, p: StatePreset) -> dict | None:
     """A run finished by an earlier run of the same preset (``out/cells/...json``), else None."""
     path = _cell_path(out, key)
@@ -231,14 +228,7 @@ def load_cell(out: Path, key: Key, p: StatePreset) -> dict | None:
         return None  # a torn write: recompute the cell
     if saved.get("preset") != _cell_config(p) or saved.get("seed") != key[2]:
         return None
-    cell = saved["cell"]
-    # JSON turned the evaluation lengths (dict keys) into strings
-    for name in _BY_LEN:
-        if name in cell:
-            cell[name] = {int(k): v for k, v in cell[name].items()}
-    if "ablation" in cell:
-        cell["ablation"] = {kind: {int(k): v for k, v in by_len.items()} for kind, by_len in cell["ablation"].items()}
-    return cell
+    return int_lengths(saved["cell"])
 
 
 def status(c: dict) -> str:
