@@ -117,8 +117,11 @@ def test_estimators_are_unbiased_for_the_exact_nelbo():
 
     exact, se0 = E.combine("dlmlab", E.exact_masks(L), ce(E.exact_masks(L)))
     assert se0 == 0.0 and E.is_exact("dlmlab", L, 63) and not E.is_exact("dlmlab", L, 62)
-    # LLaDA's counts round k + j L / b to the nearest even on ties (as its code does), which favours even
-    # counts when j L / b hits .5: b = 3 keeps clear of ties for L = 6
+    # LLaDA's counts round k + j L / b half to even (as its code does), which favours even counts when j L / b
+    # is a half integer: with L = 6, b = 8 two of eight offsets are ties, so 5/8 of the rows are even
+    counts = torch.cat([E.plan("llada", L, 8, torch.Generator().manual_seed(s), batch=8).sum(1) for s in range(300)])
+    assert (counts % 2 == 0).double().mean() == pytest.approx(5 / 8, abs=0.03)
+    # b = 3 keeps clear of ties for L = 6
     for method, K, b in (("llada", 9, 3), ("dlmlab", 8, 8)):
         vals, ses = [], []
         for seed in range(400):

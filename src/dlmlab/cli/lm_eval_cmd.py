@@ -16,7 +16,12 @@ from dlmlab.errors import UserError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.allow_abbrev = False  # --model must not be read as an abbreviation of anything here
-    p.epilog = ("every other flag goes to the harness (see `lm-eval run --help`), e.g.\n"
+    p.usage = "dlmlab lm-eval --model_args path=RUN[,step=N,mc_num=K,batch_size=B,...] --tasks TASKS [harness flags]"
+    p.epilog = ("model_args: path, step, mc_num, estimator (dlmlab | llada), llada_batch, batch_size, seed, "
+                "greedy_check,\n  max_length, rolling_context, gen_steps, block_len, threshold, cache, order, "
+                "temperature, max_gen_toks,\n  add_bos_token, dtype, device (docs/lm_eval.md)\n"
+                "dlmlab tasks: dlmlab_wikitext2, dlmlab_reversal_mc, dlmlab_repeat_gen\n"
+                "every other flag goes to the harness (see `lm-eval run --help`), e.g.\n"
                 "  dlmlab lm-eval --model_args path=runs/mdlm,mc_num=32 --tasks dlmlab_reversal_mc --limit 50\n"
                 "  dlmlab lm-eval --model_args path=runs/ar --tasks dlmlab_wikitext2,dlmlab_repeat_gen "
                 "--output_path out/")

@@ -192,23 +192,28 @@ class DlmlabLM(TemplateLM):
                     out[i] = toks[r].tolist() == pairs[i][1]
         return out
 
-    def _summary(self, kind: str, scores: list[Score]) -> None:
+    def _summary(self, kind: str, scores: list[Score], forwards_before: int) -> None:
+        """One stderr line: the call's requests, mean standard error and forwards (rows shared between
+        requests run once)."""
         if not self.is_diffusion or not scores:
             return
         se = [s.se for s in scores if not math.isnan(s.se)]
         mean_se = sum(se) / len(se) if se else float("nan")
         print(f"dlmlab lm-eval: {len(scores)} {kind} requests by the {self.cfg.estimator} estimator "
               f"(mc_num {self.cfg.mc_num}): mean standard error {mean_se:.4f} nats, "
-              f"{sum(s.forwards for s in scores)} planned rows, {self.scorer.last_forwards} distinct forwards "
-              "in the last batch", file=sys.stderr)
+              f"{self.scorer.forwards_run - forwards_before} forward rows", file=sys.stderr)
+
+    def _forwards(self) -> int:
+        return self.scorer.forwards_run if self.is_diffusion else 0
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         pairs = [(list(ctx), list(cont)) for _, ctx, cont in requests]
+        before = self._forwards()
         scores = []
         step = max(1, self.cfg.batch_size * 8)
         for s in tqdm(range(0, len(pairs), step), desc="dlmlab loglikelihood", disable=disable_tqdm or len(pairs) <= step):
             scores += self.score_pairs(pairs[s:s + step])
-        self._summary("loglikelihood", scores)
+        self._summary("loglikelihood", scores, before)
         for (key, _, _), sc in zip(requests, scores):
             if key is not None:
                 self.cache_hook.add_partial("loglikelihood", key, (sc.loglik, sc.is_greedy))
@@ -235,6 +240,7 @@ class DlmlabLM(TemplateLM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         out = []
         all_scores = []
+        before = self._forwards()
         for req in tqdm(requests, desc="dlmlab rolling", disable=disable_tqdm):
             (string,) = req.args
             windows = self.rolling_windows(self.tok_encode(string))
@@ -246,7 +252,7 @@ class DlmlabLM(TemplateLM):
             all_scores.append(Score(ll, se, False, sum(s.forwards for s in scores)))
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), ll)
             out.append(ll)
-        self._summary("loglikelihood_rolling", all_scores)
+        self._summary("loglikelihood_rolling", all_scores, before)
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:

@@ -80,6 +80,8 @@ class DiffusionScorer:
                  llada_batch: int = 32, device=None) -> None:
         self.den, self.mask_id, self.method, self.mc_num = denoiser, int(mask_id), method, int(mc_num)
         self.batch_size, self.seed, self.llada_batch, self.device = int(batch_size), int(seed), llada_batch, device
+        self.last_forwards = 0  # distinct rows run by the last score() call
+        self.forwards_run = 0  # ... by every call so far
 
     def plans(self, requests):
         return [estimators.plan(self.method, len(cont), self.mc_num, request_generator(self.seed, ctx, cont),
@@ -103,6 +105,7 @@ class DiffusionScorer:
                 users[rows[key]].append((q, j))
         keys = list(rows)
         self.last_forwards = len(keys)
+        self.forwards_run += len(keys)
         for (_, ctx_len), idx in sorted(_by_shape(keys).items()):
             for s in range(0, len(idx), self.batch_size):
                 chunk = idx[s:s + self.batch_size]
