@@ -70,8 +70,12 @@ def test_eval_falls_back_to_the_checkpoints_tokenizer(runs, tmp_path, capsys):
 def test_eval_step(runs, capsys):
     capsys.readouterr()
     assert main(["eval", str(runs["ar"]), "--step", "1"]) == 0
+    first = capsys.readouterr().out
     assert main(["eval", str(runs["ar"]), "--step", "7"]) == 2
-    assert "no checkpoint of step 7" in _err(capsys) and "1, 2" in capsys.readouterr().err + "1, 2"
+    line = _err(capsys)
+    assert "no checkpoint of step 7" in line and "it keeps steps: 1, 2" in line, line
+    assert main(["eval", str(runs["ar"])]) == 0
+    assert capsys.readouterr().out != first                  # step 1 and the latest (step 2) differ
 
 
 # --- sample: output paths checked first, the samples printed first ------------------------------------------
