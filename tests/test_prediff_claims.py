@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dlmlab.studies.prediff.claims import (SPEED_MARGIN, STUDY_EFFECTS, compute_claims, flattened,
+from dlmlab.studies.prediff.claims import (SPEED_MARGIN, STUDY_EFFECTS, below_context_free, compute_claims, flattened,
                                            learned_precondition, speed_claim)
 from dlmlab.studies.prediff.paired import (censored_steps_difference, fmt_interval, lower_is_better,
                                            round_log_ratios, seed_mean_t_interval)
@@ -116,6 +116,11 @@ def test_learned_means_below_the_context_free_level_and_a_flattened_curve():
         c = compute_claims({**_res(), "methods": methods, "data": data, "budget": 500})
         assert v(c[0]) == ("inconclusive", "precondition") and why in c[0].detail
         assert v(c[1]) == ("inconclusive", "precondition")  # attn_obj vs prediff
+    # below the context-free level on average but not beyond the seeds' spread: not learned
+    edge = {"val_nll": 4.99, "val_nll_per_seed": [4.95, 5.03, 4.99], "curves": good["curves"]}
+    assert not below_context_free(edge, 5.0) and below_context_free(good | {"val_nll_per_seed": [4.4, 4.5, 4.6]}, 5.0)
+    pre = learned_precondition({"data": data, "methods": {"prediff": edge}}, ["prediff"])
+    assert pre.reason == "precondition" and "(n=3 seeds, t)" in pre.detail
     # without a recorded unigram level, log(vocabulary) stands in; unknown numbers are not held against a model
     assert learned_precondition({"data": {"tokenizer_vocab": 100}, "methods": {"m": {"val_nll": 4.7}}}, ["m"])
     assert learned_precondition({"methods": {"m": {}}}, ["m"], flat=("m",)) is None
