@@ -309,3 +309,25 @@ metric_list:
                  "--include_path", str(tasks), "--limit", "2", "--output_path", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "my_repeat" in printed and "dlmlab_repeat_gen" in printed
+
+
+def test_ar_runs_of_other_families_score_exactly(tmp_path):
+    """A GRU AR run: teacher-forced log-likelihoods by hand; a context longer than max_length is cut on the left."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat. the dog ran to it. " * 40)
+    cfg = tmp_path / "gru.yaml"
+    cfg.write_text(f"objective: ar\nmodel: {{family: gru, d_model: 16, n_layers: 1}}\n"
+                   f"data: {{source: {corpus}, tokenizer: char, seq_len: 12}}\n"
+                   "train: {steps: 2, batch_size: 4, lr: 1.0e-3, progress: false}\neval_batches: 1\n")
+    assert main(["train", str(cfg), "--out", str(tmp_path / "run")]) == 0
+    lm = DlmlabLM(path=str(tmp_path / "run"), max_length=8)
+    assert not lm.is_diffusion and lm.max_length == 8
+    ctx, cont = lm.tok_encode("the cat sat"), lm.tok_encode(" on")
+    s = lm.score_pairs([(ctx, cont), (ctx[-3:], cont)])
+    x = torch.tensor([(ctx + cont)[-9:-1]])
+    with torch.no_grad():
+        lp = lm.run.model(x).log_softmax(-1)[0, -3:]
+    want = float(lp.gather(-1, torch.tensor(cont)[:, None]).sum())
+    assert s[0].loglik == pytest.approx(want, abs=1e-5) and s[0].se == 0
+    assert s[0].is_greedy == bool((lp.argmax(-1) == torch.tensor(cont)).all())
+    assert s[1].loglik != s[0].loglik  # a shorter context gives another number

@@ -48,7 +48,7 @@ def ar_scores(model, requests: list[tuple[list[int], list[int]]], max_length: in
     inputs = []
     for ctx, cont in requests:
         whole = (ctx + cont)[-(max_length + 1):]
-        inputs.append((whole[:-1], cont[-len(whole):] if len(cont) > len(whole) else cont))
+        inputs.append((whole[:-1], cont[-(len(whole) - 1):] if len(cont) >= len(whole) else cont))
     order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i][0]))
     out: list[Score | None] = [None] * len(inputs)
     for s in range(0, len(order), batch_size):
