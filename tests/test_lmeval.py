@@ -145,6 +145,8 @@ def test_masked_diffusion_run_through_the_harness(mdlm_run):
     assert math.isfinite(s["dlmlab_wikitext2"]["bits_per_byte,none"])
     kinds = {r["kind"] for r in lm.stats}
     assert {"loglikelihood", "rolling"} <= kinds
+    report = lm.se_report()
+    assert report["estimator"] == "dlmlab" and report["summary"]["loglikelihood"]["mean_se"] > 0
     assert all(r["se"] >= 0 and math.isfinite(r["se"]) for r in lm.stats)
     # the same request scores the same wherever it is batched (draws seeded per request)
     ctx, cont = lm.tok_encode("Repeat: a"), lm.tok_encode("bc defgh")
@@ -221,6 +223,8 @@ def test_cli_runs_the_harness(gpt2_folder, tmp_path, capsys):
                  "--limit", "2", "--output_path", str(out)]) == 0
     assert "dlmlab_reversal_mc" in capsys.readouterr().out
     assert list(out.rglob("results_*.json"))
+    se = json.loads((out / "dlmlab_standard_errors.json").read_text())
+    assert se["estimator"] == "exact" and se["summary"]["loglikelihood"]["mean_se"] == 0
     assert main(["lm-eval", "--model", "hf", "--model_args", f"path={gpt2_folder}", "--tasks", "x"]) == 2
     assert "dlmlab model" in capsys.readouterr().err
     assert main(["lm-eval", "--model_args", f"path={tmp_path / 'nowhere'}", "--tasks", "dlmlab_reversal_mc"]) == 2

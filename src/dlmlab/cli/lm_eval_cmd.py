@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
+from pathlib import Path
 
 from dlmlab.errors import UserError
 
@@ -57,7 +59,22 @@ def run(args: argparse.Namespace) -> int:
     ns.include_path = [str(TASKS_DIR)] + ([ns.include_path] if ns.include_path else [])
     with _only_dlmlab_tasks(ns):
         cli.execute(ns)
+    _write_standard_errors(ns.output_path)
     return 0
+
+
+def _write_standard_errors(output_path: str | None) -> None:
+    """``dlmlab_standard_errors.json`` beside the harness's results (``--output_path``): every estimate's
+    standard error (0 for AR models, which are scored exactly)."""
+    from dlmlab.files import atomic_write_text
+    from dlmlab.lmeval import DlmlabLM
+
+    if not output_path or DlmlabLM.last is None:
+        return
+    out = Path(output_path)
+    folder = out.parent if out.suffix == ".json" else out
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "dlmlab_standard_errors.json", json.dumps(DlmlabLM.last.se_report(), indent=1))
 
 
 @contextlib.contextmanager

@@ -46,6 +46,7 @@ class DlmlabLM(TemplateLM):
     """
 
     backend = "causal"  # the context and continuation are encoded together, then split (as for hf causal LMs)
+    last: "DlmlabLM | None" = None  # the latest instance (``dlmlab lm-eval`` writes its standard errors)
 
     def __init__(self, path: str | None = None, config: LMEvalConfig | None = None, **model_args) -> None:
         super().__init__()
@@ -75,6 +76,18 @@ class DlmlabLM(TemplateLM):
         from dlmlab.sampling.ar import _keywords
 
         self._ar_kwargs = {"attn_mask": "causal"} if not self.is_diffusion and _keywords(self.run.model)[0] else {}
+        DlmlabLM.last = self
+
+    def se_report(self) -> dict:
+        """Standard errors of this instance's estimates: per kind of request, the count, the mean standard
+        error and the root sum of squares (the standard error of a sum), and every request's record."""
+        kinds: dict[str, list[float]] = {}
+        for r in self.stats:
+            kinds.setdefault(r["kind"], []).append(r["se"])
+        summary = {k: {"requests": len(v), "mean_se": sum(v) / len(v), "rss_se": math.sqrt(sum(x * x for x in v))}
+                   for k, v in kinds.items()}
+        return {"model": str(self.run.source), "estimator": self.cfg.estimator if self.is_diffusion else "exact",
+                "mc_num": self.cfg.mc_num if self.is_diffusion else None, "summary": summary, "requests": self.stats}
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "DlmlabLM":
