@@ -261,7 +261,13 @@ def setup_text(p: StatePreset, archs, missing, cells, pretrained_note: str = "")
          f"position {p.train_len // 2} (Parity: a bit flipped; S3: another element; Dyck: one bracket flipped "
          "between opening and closing; Code-Depth: one depth-changing token replaced by its opposite), target = the "
          f"last position. Conv1D ablation: Mamba with and without Conv1D, {p.conv_seeds} seeds each, on "
-         f"{', '.join(t for t in p.conv_tasks if t in p.tasks)}.")
+         f"{', '.join(t for t in p.conv_tasks if t in p.tasks)} (full steps, no early stop)."
+         + (f" Profile claims' cells ({', '.join(a for a in p.profile_archs if a in archs)} on "
+            f"{', '.join(t for t in p.profile_tasks if t in p.tasks)}): {p.profile_seeds} seeds, further seeds probed "
+            "only, judged by a t-interval over seeds." if p.profile_seeds > 1 else "")
+         + (f" Random controls of the probe-subspace ablation: {p.control_draws} random subspaces of equal rank at "
+            f"the training length ({p.control_seqs or p.ablation_seqs or p.eval_seqs} sequences), permutation p-value."
+            if p.control_draws else ""))
     by = {st: [f"{a}/{t}" for (a, t), c in cells.items() if status(c) == st] for st in ("partial", "at chance")}
     if by["partial"]:
         s += f" Partial: {', '.join(by['partial'])}."
