@@ -116,6 +116,10 @@ def test_learned_means_below_the_context_free_level_and_a_flattened_curve():
         c = compute_claims({**_res(), "methods": methods, "data": data, "budget": 500})
         assert v(c[0]) == ("inconclusive", "precondition") and why in c[0].detail
         assert v(c[1]) == ("inconclusive", "precondition")  # attn_obj vs prediff
+    # the failed precondition keeps what the interval alone would say
+    methods = {m: good for m in ("uniform_bidir", "attn_obj", "diffugpt")} | {"prediff": above}
+    c = compute_claims({**_res(hybrid=(-0.007, 0.007)), "methods": methods, "data": data, "budget": 500})[0]
+    assert v(c) == ("inconclusive", "precondition") and "the interval alone: inconclusive (effect excluded)" in c.detail
     # below the context-free level on average but not beyond the seeds' spread: not learned
     edge = {"val_nll": 4.99, "val_nll_per_seed": [4.95, 5.03, 4.99], "curves": good["curves"]}
     assert not below_context_free(edge, 5.0) and below_context_free(good | {"val_nll_per_seed": [4.4, 4.5, 4.6]}, 5.0)

@@ -125,10 +125,21 @@ def comparison_verdict(c: dict | None, res: dict | None = None, key: str | None 
     not run.  Infinite ends (censored runs) decide only their side."""
     if c is None:
         return not_run("comparison not made in this preset")
+    j = _interval_judgement(c, key)
     if res is not None:
         pre = learned_precondition(res, [c["a"], c["b"]], flat=(c["a"], c["b"]) if flat is None else flat)
         if pre is not None:
-            return pre
+            return _failed(pre, j)
+    return j
+
+
+def _failed(pre: Judgement, j: Judgement) -> Judgement:
+    """The failed precondition ``pre``, with what the interval alone (``j``) would say kept visible."""
+    return precondition_failed(f"{pre.detail}; the interval alone: {j.label()}" + (f" ({j.detail})" if j.detail else ""))
+
+
+def _interval_judgement(c: dict, key: str | None) -> Judgement:
+    """The verdict of a comparison's interval alone (see :func:`comparison_verdict`)."""
     what = f"{c.get('a', 'A')} - {c.get('b', 'B')}"
     # results.json stores an infinite (censored) or undefined end as null: read it as unbounded on its side
     lo = -math.inf if c["lo"] is None else c["lo"]
@@ -197,9 +208,8 @@ def threshold_claim(res: dict) -> Claim:
     c = res.get("comparisons", {}).get("ar_init_vs_scratch_steps")
     budget = thr.get("budget")
     j = comparison_verdict(c, None)
-    if c is not None:
-        pre = learned_precondition(res, ["prediff"])
-        j = pre or j
+    pre = None if c is None else learned_precondition(res, ["prediff"])
+    j = j if pre is None else _failed(pre, j)
     steps = thr.get("steps", {})
     shown = {n: fmt_steps(steps[n], budget) for n in ("prediff", "scratch") if n in steps and budget}
     return claim(
