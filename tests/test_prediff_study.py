@@ -78,6 +78,8 @@ def test_preset_validation():
         PreDiffPreset(methods=["prediff", "nope"]).validate()
     with pytest.raises(ConfigError, match="max_seq_len"):
         PreDiffPreset(gen_len=500).validate()
+    with pytest.raises(ConfigError, match="curve_every"):  # no curve point in the last quarter: no plateau
+        PreDiffPreset(curve_every=300).validate()
     with pytest.raises(ConfigError, match="DLMLAB_GPT2_DIR"):
         PRESETS["paper"].resolved(PRESETS["paper"].backbone_path) if not __import__("os").environ.get(
             "DLMLAB_GPT2_DIR") else (_ for _ in ()).throw(ConfigError("DLMLAB_GPT2_DIR set"))

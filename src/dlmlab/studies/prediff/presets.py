@@ -10,6 +10,7 @@ from dlmlab.config import Config, ConfigError, require
 from dlmlab.models import TransformerConfig
 from dlmlab.prediff.model import MASK_INITS
 from dlmlab.prediff.objectives import LOSSES, METHODS, Loss, prompt_length
+from dlmlab.studies.prediff.threshold import PLATEAU_SHARE
 from dlmlab.training import TrainConfig
 
 
@@ -78,6 +79,10 @@ class PreDiffPreset(Config):  # checked when built: options, finite numbers, val
         require(self.n_prompts >= 2, "n_prompts must be >= 2 (Self-BLEU / MAUVE need several samples)")
         require(all(s >= 1 for s in self.sample_steps) and self.sample_steps, "sample_steps must be >= 1")
         require(self.curve_every >= 1 and self.curve_windows >= 1 and self.eval_windows >= 1, "eval sizes must be >= 1")
+        last = self.adapt.steps // self.curve_every * self.curve_every  # the last curve point's step
+        require(last >= (1 - PLATEAU_SHARE) * self.adapt.steps,
+                f"curve_every must put a curve point in the last {PLATEAU_SHARE:.0%} of adapt.steps (the plateau "
+                f"behind the threshold is their mean), got {self.curve_every} for {self.adapt.steps} steps")
 
     @property
     def prompt_len(self) -> int:
