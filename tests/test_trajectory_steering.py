@@ -70,7 +70,12 @@ def test_claim_verdicts_follow_the_permutation_test():
     res = _synthetic(0.1, -0.1, -0.1, 0.1)
     assert res.p_value("entropy", "add", +1) == pytest.approx(1 / (MIN_RANDOM + 1))
     assert res.p_value("entropy", "add", -1) == pytest.approx(1.0)
+    again = SteeringResult.from_dict(res.to_dict())
+    assert again.p_value("entropy", "add", +1) == res.p_value("entropy", "add", +1)
     wrong = steering_claim(_synthetic(-0.1, -0.1, -0.1, 0.1))  # adding lowers entropy beyond every random one
     assert wrong.verdict == "contradicted" and "add: entropy" in wrong.detail
-    weak = steering_claim(_synthetic(0.0, -0.1, -0.1, 0.1))
+    weak = steering_claim(_synthetic(0.012, -0.1, -0.1, 0.1))  # above most random directions, not significantly
+    assert 0.05 < weak.evidence["p_add_entropy"] <= 0.5
     assert weak.verdict == "inconclusive" and weak.reason == "underpowered"
+    unmoved = steering_claim(_synthetic(0.1, -0.1, 0.05, 0.1))  # tokens/step up: no better than the random median
+    assert unmoved.verdict == "contradicted" and "add: tokens/step" in unmoved.detail

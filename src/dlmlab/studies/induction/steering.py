@@ -15,9 +15,11 @@ stream (:mod:`dlmlab.analysis.timestep`).  Here that reading is taken *during re
   Measured per decode: per-step entropy (mean over steps and rows of the candidates' mean entropy) and
   tokens committed per step (per row: positions filled / steps at which it had candidates).
 * :func:`steering_claim`: adding the direction raises entropy and lowers tokens per step, removing it does the
-  opposite, each judged against the random directions by a one-sided permutation p-value
-  ``(1 + #random at least as extreme) / (1 + n_random)`` at the 0.05 level; the opposite side at 0.05
-  contradicts.  :func:`steering_tables`, :func:`steering_figure` report it.
+  opposite, each judged against the random directions by the project's control test
+  (:func:`~dlmlab.report.intervals.control_test`: one-sided permutation p-value
+  ``(1 + #random at least as extreme) / (1 + n_random)``; :func:`~dlmlab.report.claims.verdict_from_control`:
+  p <= 0.05 reproduced, p > 0.5 (no better than the random median) contradicted, else underpowered).
+  :func:`steering_tables`, :func:`steering_figure` report it.
 """
 
 from __future__ import annotations
@@ -32,14 +34,15 @@ from dlmlab.analysis.probes import probe_regression
 from dlmlab.errors import UserError
 from dlmlab.objectives.mdlm import corrupt
 from dlmlab.progress import bar
-from dlmlab.report.claims import Claim, Judgement, claim, combine, contradicted, underpowered
+from dlmlab.report.claims import CONTROL_ALPHA, Claim, Judgement, claim, combine, verdict_from_control
+from dlmlab.report.intervals import MIN_CONTROL_DRAWS, control_test
 from dlmlab.report.results import Table
 from dlmlab.sampling import DecodeConfig, decode
 from dlmlab.sampling.interventions import Intervention
 from dlmlab.sampling.trajectory_cache import run_sampler_with_cache
 
-MIN_RANDOM = 200
-LEVEL = 0.05
+MIN_RANDOM = MIN_CONTROL_DRAWS  # 200
+LEVEL = CONTROL_ALPHA  # 0.05
 
 
 @dataclass
@@ -136,16 +139,28 @@ class SteeringResult:
         b = self.base[key]
         return self.add[key] - b, self.remove[key] - b, np.array([r[key] - b for r in self.random])
 
-    def p_value(self, key: str, which: str, side: int) -> float:
-        """One-sided permutation p of ``which`` (add / remove) against the random directions: ``side`` +1 asks
-        whether it is higher than random, -1 lower."""
+    def control(self, key: str, which: str, side: int):
+        """:func:`~dlmlab.report.intervals.control_test` of ``which`` (add / remove) against the random
+        directions: ``side`` +1 asks whether its change is higher than the random ones', -1 lower."""
         add, rem, rnd = self.deltas(key)
-        x = add if which == "add" else rem
-        return float((1 + np.sum(side * rnd >= side * x)) / (1 + len(rnd)))
+        return control_test(add if which == "add" else rem, rnd, side)
+
+    def p_value(self, key: str, which: str, side: int) -> float:
+        """One-sided permutation p of :meth:`control`: (1 + #random at least as extreme) / (1 + n)."""
+        return self.control(key, which, side).p
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SteeringResult":
+        """Rebuild from :meth:`to_dict` (results.json), e.g. to re-judge a stored run."""
+        rand = [{"entropy": e, "tokens_per_step": t} for e, t in zip(d["random_entropy"], d["random_tokens_per_step"])]
+        return cls(d["point"], d["reader_r2"], d["alpha"], d["threshold"], d["n_prompts"], d["prompt_len"],
+                   d.get("predicted", []), d.get("actual", []), d["reading_r2"], d["reading_corr"], d["base"],
+                   d["add"], d["remove"], rand)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("point", "reader_r2", "alpha", "threshold", "n_prompts", "prompt_len",
-                                              "reading_r2", "reading_corr", "base", "add", "remove")} | {
+                                              "reading_r2", "reading_corr", "base", "add", "remove", "predicted",
+                                              "actual")} | {
             "random_entropy": [r["entropy"] for r in self.random],
             "random_tokens_per_step": [r["tokens_per_step"] for r in self.random]}
 
@@ -206,12 +221,9 @@ def run_steering(model, mask_id: int, tokens: torch.Tensor, *, t_range: tuple[fl
 
 
 def _part(res: SteeringResult, key: str, which: str, side: int, what: str) -> Judgement:
-    p, p_other = res.p_value(key, which, side), res.p_value(key, which, -side)
-    if p < LEVEL:
-        return Judgement("reproduced")
-    if p_other < LEVEL:
-        return contradicted(f"{what}: p = {p:.3g}, the other way p = {p_other:.3g}")
-    return underpowered(f"{what}: p = {p:.3g}")
+    """The project's control verdict (:func:`~dlmlab.report.claims.verdict_from_control`): p <= 0.05 reproduced,
+    no better than the random directions' median (p > 0.5) contradicted, in between underpowered."""
+    return verdict_from_control(res.control(key, which, side), what)
 
 
 def steering_claim(res: SteeringResult) -> Claim:
@@ -228,7 +240,7 @@ def steering_claim(res: SteeringResult) -> Claim:
                  f"During threshold decoding (threshold {res.threshold}), adding the mask-rate direction read at "
                  f"{res.point} (norm: a shift of the training range in the reader's prediction) raises per-step "
                  f"entropy and lowers tokens committed per step, and removing it does the opposite, more than "
-                 f"{len(res.random)} random directions of the same norm (one-sided permutation p < {LEVEL} each)",
+                 f"{len(res.random)} random directions of the same norm (one-sided permutation p <= {LEVEL} each)",
                  j.verdict == "reproduced", judgement=j, n_random=len(res.random), alpha=res.alpha,
                  reading_r2=res.reading_r2, base=res.base, add=res.add, remove=res.remove, **ps)
 
