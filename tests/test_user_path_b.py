@@ -212,6 +212,22 @@ def test_html_page_holds_the_trajectory_step_by_step(mdlm_run, page):
         assert sample["canvas"][P:] == [-1] * 10
 
 
+def test_html_page_carries_the_logit_lens_per_layer(mdlm_run, page):
+    from dlmlab.sampling.lens import lens_points
+
+    data = _page_data(page.read_text())
+    den, *_ = sample_cmd._load(str(mdlm_run), load(str(mdlm_run)))
+    lens = data["lens"]
+    assert lens is not None and len(lens["labels"]) == len(lens_points(den.hooked))
+    res, P = _expected(mdlm_run, 10, 5, 2, n=2)
+    assert len(lens["samples"]) == 2 and len(lens["samples"][0]) == res.steps
+    # the cached decode commits exactly what a plain decode commits
+    for b, sample in enumerate(data["samples"]):
+        last = [c for st in sample["steps"] for c in st["commits"]]
+        assert sorted((c[0], c[1]) for c in last) == sorted(
+            (p_, int(res.tokens[b, p_])) for p_ in range(P, P + 10))
+
+
 def test_html_refused_for_an_ar_run(tmp_path, capsys):
     run = tmp_path / "ar"
     assert main(["train", str(_write_cfg(tmp_path, "ar", steps=1)), "--out", str(run)]) == 0

@@ -276,12 +276,15 @@ def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
         raise UserError(f"prompt + generated = {len(canvas)} tokens exceeds the model's max_seq_len {limit}")
     _warn_length(loaded, len(canvas))
     gen = torch.Generator().manual_seed(args.seed)
-    rows, records, first = [], [], None
+    rows, records, first, lens = [], [], None, None
     with torch.no_grad():
         for start in range(0, args.num_samples, args.batch_size):
             n = min(args.batch_size, args.num_samples - start)
             x = torch.tensor([canvas] * n)
-            res = decode(den, x, P, cfg, gen, progress=not args.no_progress, record=bool(args.html) and start == 0)
+            if args.html and start == 0 and _lens_points(den) is not None:
+                res, lens = _decode_with_lens(den, x, P, cfg, gen, args)
+            else:
+                res = decode(den, x, P, cfg, gen, progress=not args.no_progress, record=bool(args.html) and start == 0)
             if start == 0:
                 records, first = res.trajectory, x
             for i, ids in enumerate(res.tokens.tolist()):
@@ -290,11 +293,35 @@ def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
                              "full": show_text(tok, ids, mask_id), "filled_ids": filled, "steps": res.steps,
                              "forwards": res.forwards, "cache": res.cache, "exactness": res.exactness,
                              "config": cfg.to_data()})
-    page = (lambda: _write_html(args, records, first, P, mask_id, tok, cfg)) if args.html else None
+    page = (lambda: _write_html(args, records, first, P, mask_id, tok, cfg, lens)) if args.html else None
     return rows, page
 
 
-def _write_html(args, records, canvas: torch.Tensor, P: int, mask_id: int, tok, cfg: DecodeConfig) -> None:
+def _lens_points(den) -> list[str] | None:
+    """The logit lens's hook points of the denoiser's model, or None when it has no residual stream to read."""
+    from dlmlab.sampling.lens import lens_points
+
+    if den.hooked is None:
+        return None
+    try:
+        return lens_points(den.hooked)
+    except UserError:
+        return None
+
+
+def _decode_with_lens(den, x: torch.Tensor, P: int, cfg: DecodeConfig, gen: torch.Generator, args):
+    """The first batch's decode with its residual stream cached at every step (the same tokens as a plain
+    decode: caching reads activations, it changes none) and the logit lens per layer for the page."""
+    from dlmlab.sampling.lens import trajectory_lens
+    from dlmlab.sampling.trajectory_cache import run_sampler_with_cache
+
+    traj = run_sampler_with_cache(den, x, P, cfg, gen, names_filter=_lens_points(den),
+                                  progress=not args.no_progress)
+    return traj.result, trajectory_lens(traj, den)
+
+
+def _write_html(args, records, canvas: torch.Tensor, P: int, mask_id: int, tok, cfg: DecodeConfig,
+                lens=None) -> None:
     from dlmlab.sampling.trajectory_html import trajectory_page
 
     def text(i: int) -> str:
@@ -306,7 +333,7 @@ def _write_html(args, records, canvas: torch.Tensor, P: int, mask_id: int, tok, 
              f"decoder: {fields}; seed {args.seed}",
              f"samples shown: {shown} of {args.num_samples} (the first batch)"]
     page = trajectory_page(records, canvas, P, mask_id, text, title="dlmlab sample: denoising trajectory",
-                           notes=notes)
+                           notes=notes, lens=lens)
     atomic_write_text(Path(args.html), page)
 
 
