@@ -108,6 +108,10 @@ def test_verdict_from_control():
     assert verdict_from_control(control_test(250.0, draws)) == REPRODUCED
     assert verdict_from_control(control_test(150.0, draws)).reason == "underpowered"
     assert verdict_from_control(control_test(50.0, draws)).verdict == "contradicted"
+    # a measure nothing moves (e.g. one token per step under every direction) cannot be judged
+    flat = control_test(1.0, np.ones(200))
+    assert flat.degenerate() and verdict_from_control(flat).reason == "precondition"
+    assert not control_test(1.0, np.r_[np.ones(199), 2.0]).degenerate()
 
 
 def test_study_effect_separates_underpowered_from_effect_excluded():

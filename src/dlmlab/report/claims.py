@@ -142,10 +142,15 @@ def interval_verdict(iv, side: int = +1, level: float = 0.0, what: str = "",
 def verdict_from_control(test, what: str = "", alpha: float = CONTROL_ALPHA) -> Judgement:
     """Verdict of "the value beats its random control" from a :class:`~dlmlab.report.intervals.ControlTest`:
     p <= ``alpha`` -> reproduced; the value no better than the control's median (p > 0.5) -> contradicted;
-    in between (better than most draws, not significantly) -> inconclusive / underpowered."""
+    in between (better than most draws, not significantly) -> inconclusive / underpowered.  A measure that
+    neither the value nor any draw moved (every draw equal to the value) cannot be judged: inconclusive /
+    precondition."""
     name = f"{what}: " if what else ""
     if not math.isfinite(test.p):
         return underpowered(f"{name}no finite value")
+    if test.degenerate():
+        return precondition_failed(f"{name}the measure is {test.value:.3g} under every one of the {test.n} "
+                                   "random draws and the tested one: nothing moves it")
     if test.p <= alpha:
         return REPRODUCED
     if test.p > 0.5:

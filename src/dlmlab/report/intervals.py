@@ -142,6 +142,11 @@ class ControlTest:
     median: float
     p95: float
     side: int = 1
+    spread: float = float("nan")  # max - min of the draws (0: the control never moved the measure)
+
+    def degenerate(self) -> bool:
+        """True when neither the draws nor the value moved the measure: a test that cannot be won or lost."""
+        return self.spread == 0 and self.value == self.median
 
     def as_dict(self) -> dict:
         return {"value": self.value, "n_draws": self.n, "p": self.p, "control_median": self.median,
@@ -164,8 +169,9 @@ def control_test(value: float, draws: Sequence[float], side: int = 1, min_draws:
     if d.size < min_draws:
         raise ValueError(f"a random control needs >= {min_draws} draws for its percentile, got {d.size}")
     if not math.isfinite(value):
-        return ControlTest(float(value), int(d.size), float("nan"), float(np.median(d)), float("nan"), side)
+        return ControlTest(float(value), int(d.size), float("nan"), float(np.median(d)), float("nan"), side,
+                           float(np.ptp(d)))
     worse = int((d >= value).sum()) if side > 0 else int((d <= value).sum())
     p = (1 + worse) / (1 + d.size)
     p95 = float(np.percentile(d, 95 if side > 0 else 5))
-    return ControlTest(float(value), int(d.size), float(p), float(np.median(d)), p95, side)
+    return ControlTest(float(value), int(d.size), float(p), float(np.median(d)), p95, side, float(np.ptp(d)))
