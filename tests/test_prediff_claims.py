@@ -1,6 +1,7 @@
 """PreDiff claims on hand-made numbers: t-intervals over seeds with n, the study's effect (effect_excluded), the
 learned preconditions, the censored steps-to-threshold comparison and the per-round speed ratio."""
 
+import json
 import math
 
 import numpy as np
@@ -207,3 +208,27 @@ def test_speed_claim_is_judged_on_the_per_round_ratios():
 def test_lower_is_better_reports_n():
     c = lower_is_better(np.zeros((3, 4)) - 1.0, np.zeros((3, 4)))
     assert c["holds"] and c["n"] == 3
+
+
+# ------------------------------------------------------------------------------------------ re-judging a stored run
+def test_rejudge_recomputes_a_stored_run(tmp_path):
+    """An old results.json (bootstrap-era verdicts, per-seed threshold list) re-judged from its measurements."""
+    from dlmlab.studies.prediff.rejudge import main, rejudge
+
+    rng = np.random.default_rng(0)
+    base = 5.0 + rng.normal(0, 0.05, size=(3, 16))
+    nll = {"prediff": base, "uniform_bidir": base + 0.002 * np.array([[1], [-1], [0.5]]), "scratch": base + 0.3}
+    curves = {"prediff": _curve(7.0, 5.0), "uniform_bidir": _curve(7.0, 5.0), "scratch": _curve(7.0, 5.3)}
+    methods = {n: {"val_nll": float(v.mean()), "val_nll_per_seed": v.mean(1).tolist(), "bound": True,
+                   "curves": [curves[n]] * 3} for n, v in nll.items()}
+    stored = {"preset": "cpu", "config": {"adapt": {"steps": 500}},
+              "results": {"methods": methods, "per_window_nll": {n: v.tolist() for n, v in nll.items()},
+                          "data": {"tokenizer_vocab": 1024}, "speed": {}, "threshold": {"value": [1.0] * 3}},
+              "claims": [{"id": "hybrid_beats_uniform_bidirectional", "holds": True, "verdict": "reproduced"}]}
+    (tmp_path / "results.json").write_text(json.dumps(stored))
+    out = {cid: (before, c) for cid, before, c in rejudge(tmp_path)}
+    before, hyb = out["hybrid_beats_uniform_bidirectional"]
+    assert before == "reproduced" and v(hyb) == ("inconclusive", "not_run")  # no shifted pair in this run
+    before, thr = out["ar_init_reaches_threshold_faster_than_scratch"]
+    assert before == "-" and v(thr) == ("reproduced", None) and thr.evidence["scratch_steps"] == ">= 500, >= 500, >= 500"
+    assert main([str(tmp_path)]) == 0
