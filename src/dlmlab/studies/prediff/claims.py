@@ -85,7 +85,7 @@ def flattened(m: dict, budget: int | None, fraction: float = LEARNED_FRACTION) -
     n = len(curves)
     total, late = (sum(start) - sum(last)) / n, (sum(mid) - sum(last)) / n
     ok = late <= (1 - fraction) * max(total, 0.0)
-    return ok, f"last-quarter improvement {late:.3g} nats vs {total:.3g} over the budget"
+    return ok, f"last quarter {late:.3g} of {total:.3g} nats"
 
 
 def below_context_free(m: dict, level: float) -> bool:
@@ -109,11 +109,10 @@ def learned_precondition(res: dict, methods: list[str], flat: tuple[str, ...] = 
         m = res.get("methods", {}).get(name, {})
         if level is not None and not below_context_free(m, level):
             per = m.get("val_nll_per_seed") or [m["val_nll"]]
-            fails.append(f"{name}: held-out NLL minus the context-free {level:.3f}: "
-                         f"{mean_ci([x - level for x in per]).fmt()}, not below 0")
+            fails.append(f"{name} NLL - context-free {level:.3f} = {mean_ci([x - level for x in per]).fmt()}, not < 0")
         f = flattened(m, budget) if name in flat else None
         if f is not None and not f[0]:
-            fails.append(f"{name} still improving ({f[1]}; learned: <= {1 - LEARNED_FRACTION:.0%})")
+            fails.append(f"{name} still improving ({f[1]}, > {1 - LEARNED_FRACTION:.0%})")
     return precondition_failed("; ".join(fails)) if fails else None
 
 
