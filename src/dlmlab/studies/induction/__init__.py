@@ -21,6 +21,7 @@ from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.claims import learned_level
 from dlmlab.report.results import _clean
 from dlmlab.studies.induction import figures as figs
+from dlmlab.studies.induction import steering
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
 from dlmlab.studies.induction.claims import CLAIM_IDS, INDUCTION_THRESHOLD, PREV_NEXT_THRESHOLD, all_claims
 from dlmlab.studies.induction.presets import PRESETS, InductionPreset
@@ -239,6 +240,21 @@ class _LazyModels:
         return train_model(self.p, self.data, int(L), obj, self.out / "runs" / key, progress=False)[0]
 
 
+def _steering(p: InductionPreset, models: dict, trained, probe_tokens: torch.Tensor, mask_id: int,
+              progress: bool):
+    """The implicit timestep during real decoding (issue 29): read and steer the mask-rate direction of the
+    deepest DLM while it threshold-decodes held-out rows, against random directions of the same norm
+    (:mod:`dlmlab.studies.induction.steering`); None when the preset runs no steering or trained no DLM."""
+    dlms = sorted((m["n_layers"], k) for k, m in models.items() if m["objective"] == "dlm")
+    if not p.steer_prompts or not dlms:
+        return None
+    model = trained[dlms[-1][1]]
+    model.eval()
+    return steering.run_steering(model, mask_id, probe_tokens, t_range=(p.t_min, p.t_max),
+                                 n_prompts=p.steer_prompts, threshold=p.steer_threshold, seed=p.seed,
+                                 progress=progress)
+
+
 def _setup(p: InductionPreset, data) -> str:
     v = data.vocab
     ids = f"ids from {p.n_random} reserved ones" if p.random_ids == "reserved" else "ids of the text vocabulary"
@@ -295,6 +311,9 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
     models = {f"{obj}_L{L}": meas for (_, _, L, obj, *_), meas in zip(jobs, measured)}
     trained = _LazyModels(p, data, out)
     claims = all_claims(models)
+    steer = _steering(p, models, trained, probe_tokens, v.mask_id, progress)
+    if steer is not None:
+        claims.append(steering.steering_claim(steer))
     figures = [
         figs.context_bars(out, models),
         figs.attention_figure(out, _attention_examples(models, trained, eval_tokens, v.mask_id, p.seed)),
@@ -306,8 +325,13 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
     ]
     setup = _setup(p, data)
     results = {"models": models, "heads_twoways_cost": twoways_cost(models)}
+    tables = _tables(models)
+    if steer is not None:
+        figures.append(steering.steering_figure(steer, out))
+        tables += steering.steering_tables(steer)
+        results["steering"] = steer.to_dict()
     res = StudyResult(study="induction", preset=preset, config=dataclasses.asdict(p), results=results,
-                      tables=_tables(models), figures=figures, claims=claims, wall_time_s=time.time() - t0,
+                      tables=tables, figures=figures, claims=claims, wall_time_s=time.time() - t0,
                       setup=setup)
     write_study(out, res, TITLE)
     return res

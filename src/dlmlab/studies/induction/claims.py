@@ -533,4 +533,5 @@ def all_claims(models: dict) -> list[Claim]:
 CLAIM_IDS = ("dlm_beats_ar_with_both_sides", "left_only_not_better_than_ar", "both_approx_left_plus_right",
              "two_layers_needed", "prev_and_next_token_heads_in_layer0", "induction_heads_ablation_drop",
              "mask_rate_probe_r2", "mask_rate_patch_raises_entropy", "local_window_sensitivity",
-             "q_and_k_composition_in_induction_heads", "induction_emerges_abruptly")
+             "q_and_k_composition_in_induction_heads", "induction_emerges_abruptly",
+             "mask_rate_steering")  # the last: steering.steering_claim, judged on the deepest DLM during decoding

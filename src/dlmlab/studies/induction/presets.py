@@ -49,6 +49,8 @@ class InductionPreset(Config):  # checked when built: options, finite numbers, v
     eval_seqs: int = 128  # repeated sequences for the accuracy evaluations
     per_seq: int = 8  # masked targets per sequence (DLM rows = eval_seqs * per_seq)
     probe_seqs: int = 256  # corrupted sequences for the mask-rate probe
+    steer_prompts: int = 32  # prompts decoded while steering the mask-rate direction (0: steering not run)
+    steer_threshold: float = 0.9  # the threshold decoder the steering claim decodes with (fixed in advance)
     background: float = 0.1  # global mask rate of the local-window test
     t_min: float = 0.001  # DLM training mask rates t ~ U[t_min, t_max]
     t_max: float = 1.0
@@ -81,6 +83,9 @@ class InductionPreset(Config):  # checked when built: options, finite numbers, v
         require(bool(self.text_source), "text_source must name a corpus")
         require(self.ckpt_every >= 0, "ckpt_every must be >= 0")
         require(self.eval_seqs > 0 and self.per_seq > 0 and self.probe_seqs >= 8, "eval sizes must be positive")
+        require(self.steer_prompts == 0 or self.probe_seqs >= self.steer_prompts + 8,
+                f"steering needs probe_seqs >= steer_prompts + 8, got {self.probe_seqs} and {self.steer_prompts}")
+        require(0.0 < self.steer_threshold < 1.0, f"steer_threshold must be in (0, 1), got {self.steer_threshold}")
         require(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
                 f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         require(self.threads >= 0, f"threads must be >= 0, got {self.threads}")
@@ -98,7 +103,7 @@ STEPS_CPU = 40_000  # 2 workers x 1200 s: see "Budget" in docs/induction.md
 PRESETS: dict[str, InductionPreset] = {
     "smoke": InductionPreset(random_ids="text", depths=[1, 2], d_model=32, n_heads=2, seq_len=24, n_random=32,
                              min_half=6, steps=40, text_steps=20, warmup_steps=5, batch_size=16, ckpt_every=20,
-                             eval_seqs=16, per_seq=4, probe_seqs=32),
+                             eval_seqs=16, per_seq=4, probe_seqs=32, steer_prompts=4),
     # cpu: the recipe measured in issue 14 (DLM L2, d64, 4 heads, char Shakespeare, length 64, batch 32,
     # constant lr 3e-3, t in [0.02, 0.5]): text only for 6000 steps (previous/next-token heads form from text
     # statistics), then 75% rows with repeated segments (induction forms on top of them).  Depths 1 and 2
