@@ -58,7 +58,7 @@ def test_decode_config_noise_is_a_schedule_object():
     assert json.loads(json.dumps(data)) == data and DecodeConfig(**data) == cfg  # JSON-ready, reads back
 
 
-@pytest.mark.parametrize("bad, says", [("sigmoid", "'sigmoid' is not one of"), (3, "expected a noise schedule"),
+@pytest.mark.parametrize("bad, says", [("sigmoid", "'sigmoid' is not one of"), (3, "expected a schedule name or a mapping"),
                                        ({"name": "linear", "bogus": 1}, "bogus"),
                                        ({"name": "cosine", "eps": 2.0}, "eps")])
 def test_a_bad_noise_is_a_config_error_naming_the_field(bad, says):

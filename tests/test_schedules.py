@@ -191,7 +191,7 @@ def test_registry_and_validation():
     assert isinstance(get_schedule("cosine", eps=0.01), CosineSchedule)
     s = LogLinearSchedule()
     assert get_schedule(s) is s
-    with pytest.raises(UserError, match="unknown noise schedule 'sigmoid'"):
+    with pytest.raises(UserError, match="noise: 'sigmoid' is not one of"):
         get_schedule("sigmoid")
     with pytest.raises(ConfigError, match="eps"):
         LinearSchedule(eps=1.0)

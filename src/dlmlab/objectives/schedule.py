@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from dlmlab.config import Config, require
+from dlmlab.config import Config, ConfigError, from_dict, require
 from dlmlab.errors import UserError
 
 def uniform_times(batch: int, generator: torch.Generator | None = None, antithetic: bool = True) -> torch.Tensor:
@@ -187,20 +188,54 @@ class CosineSchedule(_LowTimeSchedule):
 SCHEDULES: dict[str, type[NoiseSchedule]] = {c.name: c for c in (LinearSchedule, LogLinearSchedule, CosineSchedule)}
 
 
+def parse_schedule(value: Any, where: str = "noise") -> NoiseSchedule:
+    """The one parser of a noise schedule: a :class:`NoiseSchedule` (kept as it is), a bare name (``linear``,
+    ``loglinear``, ``cosine``: default fields) or a mapping ``{"name": ..., **fields}`` (a run config's
+    ``noise`` section, ``model.json``'s ``noise``, ``DecodeConfig.noise``).
+
+    Anything else, an unknown name or field, or a bad value is a one-line :class:`ConfigError` naming
+    ``where`` and the offending name or field."""
+    if isinstance(value, NoiseSchedule):
+        return value
+    if isinstance(value, str):
+        if value not in SCHEDULES:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(SCHEDULES)}")
+        value = {"name": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a schedule name or a mapping with a name and its fields "
+                          f"(or a NoiseSchedule), got {type(value).__name__}")
+    fields = dict(value)
+    name = fields.pop("name", None)
+    if name is None:
+        raise ConfigError(f"{where}.name is missing; give one of {', '.join(SCHEDULES)}")
+    if not isinstance(name, str) or name not in SCHEDULES:
+        raise ConfigError(f"{where}.name: {name!r} is not one of {list(SCHEDULES)}")
+    try:
+        return from_dict(SCHEDULES[name], fields, where)
+    except ConfigError as e:
+        msg = str(e)
+        if msg.startswith("unknown field") and "(allowed: " in msg:
+            raise ConfigError(msg.replace("(allowed: ", f"(allowed for noise {name}: name, ", 1)) from None
+        if not msg.startswith((f"{where}.", f"{where}:")):
+            msg = f"{where}: {msg}"
+        raise ConfigError(msg) from None
+
+
 def get_schedule(schedule: "str | NoiseSchedule | None" = None, **fields) -> NoiseSchedule:
     """A schedule by registry name (``linear``, ``loglinear``, ``cosine``) with config ``fields``, or the
-    instance given (None: the default linear schedule)."""
-    if isinstance(schedule, NoiseSchedule):
-        if fields:
+    instance given (None: the default linear schedule); parsed by :func:`parse_schedule`."""
+    if schedule is None:
+        schedule = "linear"
+    if fields:
+        if not isinstance(schedule, str):
             raise UserError("give either a schedule instance or a name with fields, not both")
-        return schedule
-    name = "linear" if schedule is None else schedule
-    if name not in SCHEDULES:
-        raise UserError(f"unknown noise schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
-    return SCHEDULES[name](**fields)
+        if schedule in SCHEDULES:
+            schedule = {"name": schedule, **fields}
+    return parse_schedule(schedule, "noise")
 
 
 DEFAULT = LinearSchedule()
+
 
 
 # --- the historical module functions (the default linear schedule) ---------------------------------

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dlmlab.config import Config, ConfigError, require
-from dlmlab.objectives.schedule import SCHEDULES, LinearSchedule, NoiseSchedule
+from dlmlab.config import Config, require
+from dlmlab.objectives.schedule import LinearSchedule, parse_schedule
 from dlmlab.sampling.orders import ORDERS, Order
 
 Cache = Literal["none", "prompt", "prefix", "dual"]
@@ -58,7 +58,7 @@ class DecodeConfig(Config):
     self_cond: bool = True
 
     def derive(self) -> None:
-        self.noise = _noise_schedule(self.noise)
+        self.noise = parse_schedule(self.noise, "DecodeConfig.noise")
 
     def validate(self) -> None:
         require(self.steps >= 1, f"sampling steps must be >= 1, got {self.steps}")
@@ -92,18 +92,3 @@ class DecodeConfig(Config):
         data["noise"] = {"name": self.noise.name, **dataclasses.asdict(self.noise)}
         return data
 
-
-def _noise_schedule(value: Any) -> NoiseSchedule:
-    """``DecodeConfig.noise`` as a schedule object: a schedule is kept, a name or a mapping is built."""
-    if isinstance(value, NoiseSchedule):
-        return value
-    if isinstance(value, str):
-        if value not in SCHEDULES:
-            raise ConfigError(f"DecodeConfig.noise: {value!r} is not one of {list(SCHEDULES)}")
-        return SCHEDULES[value]()
-    if isinstance(value, dict):
-        from dlmlab.training.noise import noise_from_data
-
-        return noise_from_data(value, "DecodeConfig.noise")
-    raise ConfigError(f"DecodeConfig.noise: expected a noise schedule (dlmlab.objectives.schedule) or one of "
-                      f"{list(SCHEDULES)}, got {type(value).__name__}")
