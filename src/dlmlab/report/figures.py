@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dlmlab.files import atomic_write  # noqa: E402
-from dlmlab.training.distributed import is_main_process  # noqa: E402
+from dlmlab.ranks import is_main_process  # noqa: E402
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6, **kw):

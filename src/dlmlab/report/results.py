@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.ranks import is_main_process
 from dlmlab.report.claims import Claim, Judgement, count_verdicts, verdict_summary
-from dlmlab.training.distributed import is_main_process
 
 
 @dataclass

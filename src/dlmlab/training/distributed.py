@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from dlmlab.errors import UserError
+from dlmlab.ranks import is_main_process  # noqa: F401 -- re-exported (the base module is dlmlab.ranks)
 
 T = TypeVar("T")
 
@@ -99,14 +100,6 @@ def init_from_env() -> DistContext:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend)
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size())
-
-
-def is_main_process() -> bool:
-    """True outside ``torchrun`` and on its rank 0.  Reads ``RANK``, so it works before the group starts.
-
-    Studies run on every rank (their training is data-parallel); only the main process writes files.
-    """
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def sync() -> None:
