@@ -22,7 +22,7 @@ def reversal_summary(rev_p=None, grad=None, pos_corr=None, arm_rev_acc=0.0, arm_
         out[f"mdm/{pe}"] = group([0, 1, 2], {
             "rev_p": rev_p[pe], "initial_rev_p": [0.01] * 3, "rev_acc": [min(1.0, 1.1 * x) for x in rev_p[pe]],
             "fwd_acc": seeds(mdm_fwd), "storage_grad_cos_mean": grad[pe], "grad_cos_mean": wv_wo_grad[pe],
-            "positional_corr": pos_corr[pe], "score_corr_train": [0.9] * 3})
+            "positional_corr": pos_corr[pe], "score_corr_train": [0.9] * 3, "rev_auc": [0.5 * x for x in rev_p[pe]]})
         out[f"arm/{pe}"] = group([0, 1, 2], {
             "rev_p": [0.005] * 3, "initial_rev_p": [0.01] * 3, "rev_acc": [arm_rev_acc] * 3, "fwd_acc": seeds(arm_fwd),
             "storage_grad_cos_mean": [0.0] * 3, "grad_cos_mean": [arm_grad] * 3})

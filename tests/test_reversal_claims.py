@@ -86,6 +86,10 @@ def test_attention_correlation_needs_the_level_not_just_a_positive_sign():
 def test_pe_ordering_on_the_fixed_layout_pair_task():
     ok = C.pe_ordering_fixed_layout(pair_summary(), PES, chance=0.1)
     assert vr(ok) == ("reproduced", None) and ok.evidence["reverse_p_rope_minus_learned_n"] == 3
+    # saturated: every encoding at reverse p 1.0 on every seed, the interval [0, 0] touches 0
+    sat = C.pe_ordering_fixed_layout(pair_summary(rev_p={pe: [1.0] * 3 for pe in PES}), PES, chance=0.1)
+    assert vr(sat) == ("inconclusive", "underpowered") and "[0, 0]" in sat.detail
+    assert "reverse_p_auc_alibi_minus_rope_mean" not in sat.evidence  # no AUC in this built summary
     flat = pair_summary(rev_p={"alibi": [0.99, 0.98, 0.985], "rope": [0.995, 0.985, 0.99],
                                "learned": [0.5, 0.4, 0.45]})  # ALiBi a hair below RoPE on every seed
     c = C.pe_ordering_fixed_layout(flat, PES, chance=0.1)
@@ -126,3 +130,12 @@ def test_arm_reverse_without_an_interval_is_underpowered():
 
     s = {f"arm/{pe}": group([0], {"fwd_acc": [1.0], "rev_acc": [0.0]}) for pe in PES}
     assert vr(C.arm_fails_reverse(s, PES, 0.1)) == ("inconclusive", "underpowered")
+
+
+def test_pe_ordering_reports_the_reverse_p_auc_as_evidence_only():
+    c = C.pe_ordering(reversal_summary(), PES, chance=0.1)
+    assert c.evidence["reverse_p_auc_alibi_minus_rope_mean"] == pytest.approx(0.15)
+    # an AUC order the other way round does not change the verdict (final reverse p decides)
+    s = reversal_summary()
+    s["mdm/alibi"]["values"]["rev_auc"] = [0.0] * 3
+    assert vr(C.pe_ordering(s, PES, chance=0.1)) == ("reproduced", None)

@@ -144,6 +144,8 @@ def _ordering(summary, positions, chance, id: str, task: str):
         parts.append(_part(interval_verdict(dp, what=f"reverse p {a} - {b}"), pre))
         acc_ok &= da.lo > 0
         ev.update(_ev(**{f"reverse_p_{a}_minus_{b}": dp, f"reverse_acc_{a}_minus_{b}": da}))
+        if all("rev_auc" in summary[f"mdm/{x}"]["values"] for x in (a, b)):  # evidence only: reverse p over training
+            ev.update(_ev(**{f"reverse_p_auc_{a}_minus_{b}": diff(summary, ("mdm", a), ("mdm", b), "rev_auc")}))
     for pe in order:
         ev.update(_ev(**{f"reverse_p_{pe}": ci(summary, "mdm", pe, "rev_p"),
                          f"reverse_acc_{pe}": ci(summary, "mdm", pe, "rev_acc")}))
