@@ -199,3 +199,13 @@ def test_registry_and_validation():
         CosineSchedule(t_lo=0.0)
     with pytest.raises(ConfigError):
         LinearSchedule(eps=float("nan"))
+
+
+def test_unmasking_registry_is_renamed():
+    import dlmlab.sampling.schedules as unmask
+
+    assert not hasattr(unmask, "SCHEDULES")  # one SCHEDULES in the toolkit: the noise schedules
+    assert set(unmask.UNMASK_SCHEDULES) == {"cosine", "linear"}
+    counts = unmask.UNMASK_SCHEDULES["cosine"](20, 4)
+    assert sum(counts) == 20 and counts == sorted(counts)  # MaskGIT's cosine: few first
+    assert SCHEDULES["cosine"] is CosineSchedule

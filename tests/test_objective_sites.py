@@ -1,24 +1,20 @@
-"""Issue 23, items 3 and 8: one objective abstraction at every training site, and study models saved with
-their diffusion metadata.
+"""One objective abstraction at every training site.
 
 * Every study's training path scores its batches through an :class:`~dlmlab.objectives.Objective` (a spy on
   the objectives' ``loss`` sees each site), and its loss equals the objective's on the same batch.
 * The induction study's times keep their exact draws (``t_min + (t_max - t_min) * antithetic U``).
-* The sampling count registry is ``UNMASK_SCHEDULES``; ``SCHEDULES`` names only noise schedules.
-* A study model trained into a folder loads with objective ``mdlm``, its mask id and its noise schedule (with
-  its fields), and ``dlmlab sample`` decodes from it.
 """
 
 import dataclasses
-import json
 
 import pytest
 import torch
 
 import dlmlab.objectives as O
-from dlmlab.objectives import SCHEDULES, CosineSchedule, LinearSchedule
+from dlmlab.objectives import CosineSchedule, LinearSchedule
 from dlmlab.objectives import schedule as schedule_mod
 from dlmlab.training import TrainConfig
+from run_util import induction_preset
 
 # imported lazily, so that each test (not the collection) fails on a toolkit without them
 ARObjective = getattr(O, "ARObjective", None)
@@ -43,13 +39,6 @@ def spy(monkeypatch):
     return seen
 
 
-def _induction_preset(**kw):
-    from dlmlab.studies.induction.presets import PRESETS
-
-    return dataclasses.replace(PRESETS["smoke"], max_chars=20000, ckpt_every=0, device="cpu", **kw)
-
-
-# ------------------------------------------------------------------------------ item 8: one objective
 def test_objectives_follow_the_protocol_and_no_module_sample_t():
     for obj in (ARObjective(), MaskedDiffusionObjective(5), TaggingObjective()):
         assert isinstance(obj, Objective)
@@ -60,7 +49,7 @@ def test_induction_times_keep_their_exact_draws():
     from dlmlab.studies.induction.train import objective_of
     from dlmlab.tasks.repeated import RepeatedVocab
 
-    p = _induction_preset(t_min=0.02, t_max=0.5)
+    p = induction_preset(t_min=0.02, t_max=0.5)
     obj = objective_of(p, RepeatedVocab(20, 32), "dlm")
     x = torch.randint(0, 20, (16, 24), generator=torch.Generator().manual_seed(0))
     b = obj.make_batch(x, torch.Generator().manual_seed(7))
@@ -83,7 +72,7 @@ def test_every_training_site_scores_through_an_objective(spy, tmp_path):
     from dlmlab.tasks.positional_relations import PositionalRelations
     from dlmlab.training import train
 
-    p = _induction_preset(steps=2, text_steps=1)
+    p = induction_preset(steps=2, text_steps=1)
     data = load_data(p)
     for obj in ("ar", "dlm"):
         train_model(p, data, 1, obj, None, progress=False)
@@ -170,77 +159,3 @@ def TransformerConfigFor(objective):
 
     return TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_mlp=32, max_seq_len=16,
                              attn_mask="causal" if objective == "ar" else "bidirectional")
-
-
-def test_unmasking_registry_is_renamed():
-    import dlmlab.sampling.schedules as unmask
-
-    assert not hasattr(unmask, "SCHEDULES")  # one SCHEDULES in the toolkit: the noise schedules
-    assert set(unmask.UNMASK_SCHEDULES) == {"cosine", "linear"}
-    counts = unmask.UNMASK_SCHEDULES["cosine"](20, 4)
-    assert sum(counts) == 20 and counts == sorted(counts)  # MaskGIT's cosine: few first
-    assert SCHEDULES["cosine"] is CosineSchedule
-
-
-def test_train_evaluates_on_its_eval_steps_even_off_the_log_steps():
-    from dlmlab.training import train
-
-    torch.manual_seed(0)
-    w = torch.nn.Linear(3, 1)
-    cfg = TrainConfig(steps=6, batch_size=4, log_every=4, eval_every=3, progress=False)
-    hist = train(w, cfg, lambda s, g: {"x": torch.randn(4, 3, generator=g)},
-                 lambda m, b: ((m(b["x"]) ** 2).mean(),) * 1 + ({"loss": 0.0},), eval_fn=lambda m, s: {"s": s})
-    assert [r["step"] for r in hist] == [3, 4, 6] and [r.get("eval_s") for r in hist] == [3, None, 6]
-
-
-# -------------------------------------------------------------------- item 3: diffusion metadata saved
-def test_induction_dlm_run_loads_as_mdlm_and_samples(tmp_path, capsys):
-    import dlmlab
-    from dlmlab.cli.main import main
-    from dlmlab.studies.induction.train import load_data, train_model
-
-    p = _induction_preset()
-    data = load_data(p)
-    run = tmp_path / "dlm_L1"
-    train_model(p, data, 1, "dlm", run, progress=False)
-    card = json.loads((run / "model.json").read_text())
-    assert card["objective"] == "mdlm" and card["shift_logits"] is False and card["bidirectional"] is True
-    loaded = dlmlab.load(run)
-    assert loaded.objective == "mdlm" and loaded.mask_id == data.vocab.mask_id and not loaded.shift_logits
-    assert loaded.noise == LinearSchedule(eps=1e-3) and card["noise"] == {"name": "linear", "eps": 0.001}
-    assert card["t_range"] == [p.t_min, p.t_max] and loaded.t_range == (p.t_min, p.t_max)  # the trained mask rates
-    assert loaded.tokenizer is not None
-    assert main(["sample", str(run), "--prompt", "the", "--gen-len", "6", "--steps", "3", "--temperature", "0",
-                 "--format", "jsonl", "--no-progress"]) == 0
-    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert row["full"].startswith("the") and len(row["filled_ids"]) == 6
-    ar = tmp_path / "ar_L1"
-    train_model(dataclasses.replace(p, steps=2, text_steps=1), data, 1, "ar", ar, progress=False)
-    assert dlmlab.load(ar).objective == "ar" and dlmlab.load(ar).mask_id is None and dlmlab.load(ar).t_range is None
-
-
-def test_reversal_real_mdm_run_keeps_its_mask_and_schedule(tmp_path):
-    import dlmlab
-    from dlmlab.models import Transformer, TransformerConfig
-    from dlmlab.studies.reversal.presets import RealDataPreset
-    from dlmlab.studies.reversal.real import fit_and_rank, prepare
-
-    cfg = RealDataPreset(enabled=True, n_facts=3, bpe_vocab=600)
-    task = prepare(cfg)
-    torch.manual_seed(0)
-    model = Transformer(TransformerConfig(vocab_size=task.vocab_size, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
-                                          max_seq_len=cfg.seq_len, attn_mask="bidirectional"))
-    fit_and_rank(model, task, "mdm", TrainConfig(steps=2, batch_size=4), cfg.seq_len, 0, False, out_dir=tmp_path)
-    loaded = dlmlab.load(tmp_path)
-    assert (loaded.objective, loaded.mask_id, loaded.noise) == ("mdlm", task.mask_id, LinearSchedule(eps=1e-3))
-
-
-def test_reversal_synthetic_kinds_name_their_objective():
-    from dlmlab.studies.reversal.presets import PRESETS
-    from dlmlab.studies.reversal.synthetic import card_fields
-    from dlmlab.tasks.positional_relations import PositionalRelations
-
-    task = PositionalRelations(PRESETS["smoke"].task, 0)
-    assert card_fields(task, "arm") == {"objective": "ar"}
-    assert card_fields(task, "mdm_mdlm") == {"objective": "mdlm", "mask_id": task.mask_id, "noise": LinearSchedule()}
-    assert card_fields(task, "mdm")["objective"] == "mdlm"
