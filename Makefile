@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 OUT ?= runs/all
 PRESET ?= cpu
 
-.PHONY: setup lock demo test test-all test-latest browser bench clean
+.PHONY: setup lock demo test test-fast test-all test-latest browser bench clean
 
 LOCK := requirements/lock.txt
 LATEST_VENV ?= .venv-latest
@@ -45,6 +45,10 @@ demo: setup
 
 test: setup browser
 	$(BIN)/python -m pytest -m "not slow"
+
+# The inner loop: the suite without the study smoke runs, worker processes and torchrun (CI runs `make test`).
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow and not study"
 
 test-all: setup browser
 	$(BIN)/python -m pytest

@@ -14,6 +14,7 @@ from dlmlab.studies.induction import CLAIM_IDS, PRESETS
 from dlmlab.studies.induction.presets import InductionPreset
 
 
+@pytest.mark.study
 def test_smoke_pipeline_writes_everything(tmp_path):
     study = load_study("induction")
     study.run("smoke", tmp_path, progress=False)

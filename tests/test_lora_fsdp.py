@@ -80,6 +80,7 @@ def _run(cmd, env):
 TORCHRUN = [str(BIN / "torchrun"), "--nproc_per_node", "2", "--standalone"]
 
 
+@pytest.mark.study
 @pytest.mark.skipif(not (BIN / "torchrun").exists(), reason="torchrun not installed")
 def test_fsdp_two_processes_match_one(tmp_path, subprocess_env):
     _run([sys.executable, str(HERE / "fsdp_worker.py"), str(tmp_path / "one.pt")], subprocess_env)
@@ -98,6 +99,7 @@ def test_fsdp_two_processes_match_one(tmp_path, subprocess_env):
         assert changed == ({k for k in init if ".lora_" in k} if mode == "lora" else set(init)), mode
 
 
+@pytest.mark.study
 @pytest.mark.skipif(not (BIN / "torchrun").exists(), reason="torchrun not installed")
 def test_reversal_finetune_under_torchrun_matches_one_process(tmp_path, subprocess_env):
     from test_reversal_hf import _tokenizer, make_checkpoint

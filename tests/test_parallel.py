@@ -8,6 +8,8 @@ import torch
 from dlmlab.studies import load_study
 from dlmlab.studies.parallel import ENV_WORKERS, default_workers, map_jobs
 
+pytestmark = pytest.mark.study  # worker processes and smoke studies: outside `make test-fast`
+
 
 def _square_plus(x: int, y: int) -> int:
     import torch

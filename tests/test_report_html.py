@@ -144,6 +144,7 @@ def test_report_renders_in_chromium(report, browser):  # noqa: F811
 
 
 @pytest.mark.slow
+@pytest.mark.study
 def test_real_studies_smoke_end_to_end(tmp_path, browser):  # noqa: F811
     """`reproduce all --preset smoke` with the installed studies (~2 min on 2 cores), report checked in Chromium."""
     import json

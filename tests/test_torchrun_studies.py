@@ -11,6 +11,8 @@ import pytest
 
 BIN = Path(sys.executable).parent
 
+pytestmark = pytest.mark.study  # torchrun and smoke studies: outside `make test-fast`
+
 
 def _reproduce(cmd_prefix: list[str], out: Path, env: dict) -> subprocess.CompletedProcess:
     cmd = [*cmd_prefix, "reproduce", "induction", "--preset", "smoke", "--out", str(out), "--no-progress"]

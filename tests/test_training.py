@@ -172,6 +172,7 @@ def test_kill_9_mid_run_then_resume_gives_identical_losses(tmp_path, subprocess_
                                                                          abs=1e-6)
 
 
+@pytest.mark.study
 @pytest.mark.skipif(not (BIN / "torchrun").exists(), reason="torchrun not installed")
 def test_two_processes_equal_one_with_same_global_batch(tmp_path, subprocess_env):
     cfg = _write_cfg(tmp_path, 25)
@@ -209,6 +210,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.study
 @pytest.mark.skipif(not (BIN / "torchrun").exists(), reason="torchrun not installed")
 def test_width_matching_under_torchrun_fits_the_tokenizer_on_rank_0_only(tmp_path, subprocess_env):
     """A Mamba section without d_inner needs the vocabulary to match widths; only rank 0 reads or fits the
