@@ -95,3 +95,12 @@ def test_tiny_ladder_end_to_end_and_resume(tmp_path, monkeypatch):
     job = L.ladder_jobs(changed, tmp_path, False)[0]
     L.cached_run(*job)
     assert len(calls) == 1
+
+
+def test_reproduce_reversal_ladder_runs_the_ladder(tmp_path, monkeypatch):
+    from dlmlab.studies.reversal import run
+
+    seen = []
+    monkeypatch.setattr(L, "run_ladder", lambda cfg, name, out, progress: seen.append((cfg, name, out)) or "done")
+    assert run("ladder", tmp_path, progress=False) == "done"
+    assert seen[0][0] is PRESETS["ladder"] and seen[0][1] == "ladder" and seen[0][2] == tmp_path
