@@ -60,6 +60,7 @@ def _tiny() -> ReversalLadder:
     return ReversalLadder(base=base, widths=[8, 16])
 
 
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_tiny_ladder_end_to_end_and_resume(tmp_path, monkeypatch):
     monkeypatch.setenv("DLMLAB_WORKERS", "1")
     cfg = _tiny()

@@ -184,6 +184,7 @@ def test_claims_fail_against_their_controls():
 
 
 # ------------------------------------------------------------------------------------------ study wiring
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_tiny_study_with_multilayer_part(tmp_path, monkeypatch):
     import json
 

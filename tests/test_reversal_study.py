@@ -28,6 +28,7 @@ def smoke(tmp_path_factory):
     return out
 
 
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_smoke_outputs(smoke):
     data = json.loads((smoke / "results.json").read_text())
     assert data["study"] == "reversal" and data["preset"] == "smoke"
