@@ -21,6 +21,7 @@ SMOKE_VERDICTS = {"hybrid_beats_uniform_bidirectional": ("inconclusive", "precon
                   "few_step_sampling_faster_than_ar": ("inconclusive", "not_run")}
 
 
+@pytest.mark.study
 def test_smoke_end_to_end(tmp_path):
     res = run("smoke", tmp_path, progress=False)
     assert res.wall_time_s > 0  # recorded (a speed budget belongs in benchmarks/, not in a test)
