@@ -40,6 +40,7 @@ def test_ladder_stats_and_trend_from_hand_made_runs():
     assert acc[0].per_size[32.0].mean == pytest.approx(0.6 - 0.95)
 
 
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_tiny_ladder_end_to_end_and_resume(tmp_path, monkeypatch):
     import importlib
 

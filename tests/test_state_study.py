@@ -29,6 +29,7 @@ def smoke(tmp_path_factory):
     return out, res
 
 
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_smoke_outputs(smoke):
     out, res = smoke
     data = json.loads((out / "results.json").read_text())
@@ -88,6 +89,7 @@ def test_smoke_outputs(smoke):
         assert abs(c["params"] - ref[c["task"]]) <= 0.1 * ref[c["task"]], (c["arch"], c["task"], c["params"])
 
 
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_claims_computed_from_cells(smoke):
     import importlib
 
@@ -151,6 +153,7 @@ def test_bad_presets():
         load_study("state").run("huge", "/tmp/never")
 
 
+@pytest.mark.study  # a study run: outside `make test-fast`
 def test_rerun_reuses_finished_cells_and_recomputes_a_torn_one(smoke, monkeypatch):
     """A killed run resumes cell by cell: saved cells are loaded, a damaged file is trained again."""
     import importlib
