@@ -329,13 +329,20 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
                       cache=run.cfg.cache, exact=run.exact, top_ids=top_ids, top_probs=top_probs)
 
 
+def prompt_canvas(model, prompt: torch.Tensor, gen_len: int, kwargs: dict, error=ValueError):
+    """(denoiser, canvas [B, P+gen_len]): ``prompt`` [B,P] followed by ``gen_len`` mask ids; takes ``mask_id`` and
+    ``shift_logits`` out of ``kwargs``; a bad shape or length raises ``error`` in one line."""
+    if prompt.dim() != 2:
+        raise error(f"prompt must be [batch, tokens], got shape {tuple(prompt.shape)}")
+    if gen_len < 1:
+        raise error(f"gen_len must be >= 1, got {gen_len}")
+    den = as_denoiser(model, kwargs.pop("mask_id", None), kwargs.pop("shift_logits", False))
+    masks = torch.full((prompt.shape[0], gen_len), den.mask_id, dtype=prompt.dtype, device=prompt.device)
+    return den, torch.cat([prompt, masks], 1)
+
+
 def generate(model, prompt: torch.Tensor, gen_len: int, cfg: DecodeConfig | None = None,
              generator: torch.Generator | None = None, **kwargs) -> DecodeResult:
     """prompt [B,P] -> :class:`DecodeResult` with tokens [B, P+gen_len] (``kwargs`` as :func:`decode`)."""
-    if prompt.dim() != 2:
-        raise ValueError(f"prompt must be [batch, tokens], got shape {tuple(prompt.shape)}")
-    if gen_len < 1:
-        raise ValueError(f"gen_len must be >= 1, got {gen_len}")
-    den = as_denoiser(model, kwargs.pop("mask_id", None), kwargs.pop("shift_logits", False))
-    masks = torch.full((prompt.shape[0], gen_len), den.mask_id, dtype=prompt.dtype, device=prompt.device)
-    return decode(den, torch.cat([prompt, masks], 1), prompt.shape[1], cfg, generator, **kwargs)
+    den, canvas = prompt_canvas(model, prompt, gen_len, kwargs)
+    return decode(den, canvas, prompt.shape[1], cfg, generator, **kwargs)

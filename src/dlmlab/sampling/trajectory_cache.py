@@ -37,7 +37,7 @@ import torch
 from dlmlab.config import Config, require
 from dlmlab.errors import UserError
 from dlmlab.sampling.config import DecodeConfig
-from dlmlab.sampling.decode import decode
+from dlmlab.sampling.decode import decode, prompt_canvas
 from dlmlab.sampling.denoiser import as_denoiser
 from dlmlab.sampling.interventions import Intervention, position_axis
 from dlmlab.sampling.trajectory import DecodeResult, StepRecord, TraceConfig
@@ -315,11 +315,6 @@ def run_sampler_with_cache(model, canvas: torch.Tensor, prompt_len: int, cfg: De
 def generate_with_cache(model, prompt: torch.Tensor, gen_len: int, cfg: DecodeConfig | None = None,
                         generator: torch.Generator | None = None, **kwargs) -> Trajectory:
     """prompt [B,P] followed by ``gen_len`` masks -> :class:`Trajectory` (``kwargs`` as :func:`run_sampler_with_cache`)."""
-    if prompt.dim() != 2:
-        raise UserError(f"prompt must be [batch, tokens], got shape {tuple(prompt.shape)}")
-    if gen_len < 1:
-        raise UserError(f"gen_len must be >= 1, got {gen_len}")
-    den = as_denoiser(model, kwargs.pop("mask_id", None), kwargs.pop("shift_logits", False))
-    masks = torch.full((prompt.shape[0], gen_len), den.mask_id, dtype=prompt.dtype, device=prompt.device)
-    return run_sampler_with_cache(den, torch.cat([prompt, masks], 1), prompt.shape[1], cfg, generator, **kwargs)
+    den, canvas = prompt_canvas(model, prompt, gen_len, kwargs, error=UserError)
+    return run_sampler_with_cache(den, canvas, prompt.shape[1], cfg, generator, **kwargs)
 
