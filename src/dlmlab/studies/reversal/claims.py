@@ -130,6 +130,19 @@ def mdm_transfers_reverse(summary, positions, kinds, chance: float | None = None
                    "in the evidence).", parts, **ev)
 
 
+CEILING = 0.999  # a reverse probability this close to 1 in every seed leaves no room for an ordering
+
+
+def _below_ceiling(summary, a: str, b: str):
+    """A precondition failure when both encodings' MDMs reach reverse p >= CEILING in every seed (the difference
+    is then 0 by saturation, which more seeds would not change), else None."""
+    vals = [summary[f"mdm/{x}"]["values"].get("rev_p", []) for x in (a, b)]
+    if all(v and min(v) >= CEILING for v in vals):
+        return precondition_failed(f"{a} and {b} both reach reverse p >= {CEILING} in every seed: no room for an "
+                                   "ordering at this scale")
+    return None
+
+
 def _ordering(summary, positions, chance, id: str, task: str):
     order = [pe for pe in ORDER if pe in positions]
     if summary is None:
@@ -140,7 +153,8 @@ def _ordering(summary, positions, chance, id: str, task: str):
     ev, acc_ok, parts = {}, True, []
     for a, b in zip(order, order[1:]):
         dp, da = diff(summary, ("mdm", a), ("mdm", b), "rev_p"), diff(summary, ("mdm", a), ("mdm", b), "rev_acc")
-        pre = _first(learned_models(summary, "mdm", a, chance), learned_models(summary, "mdm", b, chance))
+        pre = _first(learned_models(summary, "mdm", a, chance), learned_models(summary, "mdm", b, chance),
+                     _below_ceiling(summary, a, b))
         parts.append(_part(interval_verdict(dp, what=f"reverse p {a} - {b}"), pre))
         acc_ok &= da.lo > 0
         ev.update(_ev(**{f"reverse_p_{a}_minus_{b}": dp, f"reverse_acc_{a}_minus_{b}": da}))
