@@ -27,8 +27,9 @@ import math
 
 from dlmlab.analysis.emergence import rise_width
 from dlmlab.report import Claim, claim
-from dlmlab.report.claims import (REPRODUCED, Judgement, combine, contradicted, interval_verdict, learned, not_run,
-                                  precondition_failed, short_of_scale, underpowered, verdict_from_control)
+from dlmlab.report.claims import (CONTROL_ALPHA, REPRODUCED, Judgement, combine, contradicted, interval_verdict,
+                                  learned, not_run, precondition_failed, short_of_scale, underpowered,
+                                  verdict_from_control)
 from dlmlab.report.intervals import Interval, control_test, hierarchical_ci, mean_ci
 
 PREV_NEXT_THRESHOLD = 0.5  # a layer-0 previous/next-token head has formed: its score exceeds this
@@ -337,7 +338,7 @@ def induction_heads_ablation_drop(models: dict, min_drop: float = 0.2) -> Claim:
             continue
         ev[f"{key}_control"] = ct.as_dict()
         what = f"{key}: set drop {ct.fmt()}{note}"
-        if ct.p <= 0.05 and t["drop"] >= min_drop:
+        if ct.p <= CONTROL_ALPHA and t["drop"] >= min_drop:
             parts.append(REPRODUCED)
         elif ct.p > 0.5 or t["drop"] <= 0:
             parts.append(contradicted(what))
