@@ -3,6 +3,8 @@ analyses of the residual protocol run on every family."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -15,9 +17,11 @@ from dlmlab.analysis.requires import LayerOutOfRange, UnsupportedModel, require_
 from dlmlab.analysis.reversal import query_eval
 from dlmlab.analysis.storage_routing import attention_scores, storage_matrix, storage_routing
 from dlmlab.errors import UserError, user_message
-from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.models.factory import build_model
+from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.tasks.relations import Queries
+from value_util import entropy_no_mask_f64
 
 V, MASK = 10, 9
 NAMES = {"mamba": "a Mamba", "mamba2": "a Mamba-2", "lstm": "an LSTM", "gru": "a GRU"}
@@ -98,14 +102,73 @@ def test_residual_analyses_run_on_every_family(family):
     assert residual_layers(m, start="embed") == ["embed", "blocks.0.resid_post", "blocks.1.resid_post"]
     rep = timestep.mask_rate_probe(m, x, MASK, positions_per_seq=2)
     assert rep.points == residual_layers(m) and len(rep.r2) == 3 and np.isfinite(rep.r2).all()
+    assert timestep.mask_rate_probe(m, x, MASK, positions_per_seq=2).r2 == rep.r2  # the same seed, the same numbers
     out = timestep.patch_mask_rate(m, x, MASK, "blocks.0.resid_post", rep.directions[1])
-    assert np.isfinite(out["delta"])
+    # the clean entropy recomputed in float64 at the positions the seeded generator masks (its first draw: u < low)
+    masked = torch.rand(x.shape, generator=torch.Generator().manual_seed(0)) < 0.15
+    with torch.no_grad():
+        logits = m(torch.where(masked, torch.full_like(x, MASK), x))
+    want = [entropy_no_mask_f64(logits[b, t], MASK) for b, t in masked.nonzero().tolist()]
+    assert out["n_masked"] == len(want) > 0
+    assert out["entropy_clean"] == pytest.approx(sum(want) / len(want), rel=1e-5)
+    assert out["delta"] == out["entropy_patched"] - out["entropy_clean"] != 0.0  # the patch reaches the outputs
     out = timestep.mean_shift_patch(m, x, MASK, point="blocks.1.mixer_out", n_random=2)
     assert np.isfinite(out["delta"]) and len(out["random_deltas"]) == 2
-    assert 0.0 <= induction.dlm_accuracy(m, x, MASK, "forward") <= 1.0
-    assert 0.0 <= induction.ar_accuracy(m, x, "forward") <= 1.0
-    assert set(query_eval(m, _queries(), exclude=(MASK,))) == {"acc", "p_correct", "nll", "rank"}
+    assert out == timestep.mean_shift_patch(m, x, MASK, point="blocks.1.mixer_out", n_random=2)  # seeded
+    # accuracies recomputed row by row: the masked rows one at a time; the AR's prediction of target k from the
+    # prefix x[:, :k] alone (so it also checks that the model is causal)
+    rows = induction.build_rows(x, MASK, "forward")
+    with torch.no_grad():
+        hits = [float(log_probs_no_mask(m(rows.noisy[i:i + 1])[0, k], MASK).argmax() == rows.tokens[i, k])
+                for i, k in enumerate(rows.target.tolist())]
+        lo, hi = induction.target_range(6, "forward")
+        ar_hits = [float(m(x[b:b + 1, :k])[0, -1].argmax() == x[b, k]) for b in range(8) for k in range(lo, hi)]
+    assert induction.dlm_accuracy(m, x, MASK, "forward") == pytest.approx(sum(hits) / len(hits), abs=1e-12)
+    assert induction.ar_accuracy(m, x, "forward") == pytest.approx(sum(ar_hits) / len(ar_hits), abs=1e-12)
+    q = _queries()
+    assert query_eval(m, q, exclude=(MASK,)) == pytest.approx(_query_eval_f64(m, q, MASK), rel=1e-6, abs=1e-9)
     assert parameter_gradient_cosine(m, _queries(), _queries()) == pytest.approx(1.0, abs=1e-4)  # same queries
+
+
+def _query_eval_f64(m, q, mask_id: int) -> dict:
+    """query_eval recomputed query by query in float64: accuracy, p(target), NLL, rank (mask excluded)."""
+    acc = p = nll = rank = 0.0
+    with torch.no_grad():
+        for i in range(len(q)):
+            z = m(q.tokens[i:i + 1])[0, int(q.query_pos[i])].double()
+            z[mask_id] = float("-inf")
+            lp = z.log_softmax(-1)
+            t = int(q.target[i])
+            r = sum(1 for v in lp.tolist() if v > lp[t])
+            acc, p, nll, rank = acc + (r == 0), p + math.exp(lp[t]), nll - float(lp[t]), rank + r
+    n = len(q)
+    return {"acc": acc / n, "p_correct": p / n, "nll": nll / n, "rank": rank / n}
+
+
+def _pattern_model():
+    return build_model("transformer", vocab_size=V, d_model=16, n_layers=2, match_params=False, max_seq_len=16).eval()
+
+
+def test_previous_token_scores_of_heads_set_to_known_patterns():
+    """Layer 0's heads forced to known patterns: head 0 attends to the previous token (score 1.0), head 1 uniformly
+    over the causal prefix (score mean over q >= 1 of 1 / (q + 1)), head 2 to itself (0.0); permuting the heads
+    permutes the scores."""
+    m, x = _pattern_model(), _tokens(3, 12)
+    T = x.shape[1]
+    prev = torch.diag(torch.ones(T - 1), -1)
+    prev[0, 0] = 1.0
+    uniform = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]
+    heads_ = [prev, uniform, torch.eye(T), uniform]
+
+    def force(order):
+        return {"blocks.0.attn.pattern": lambda a, hp: torch.stack([heads_[h] for h in order])[None].expand_as(a)}
+
+    with m.hooks(force([0, 1, 2, 3])):
+        s = heads.previous_token_scores(m, x)
+    want = sum(1 / (q + 1) for q in range(1, T)) / (T - 1)
+    assert s[0].tolist() == pytest.approx([1.0, want, 0.0, want], abs=1e-6)
+    with m.hooks(force([2, 0, 3, 1])):
+        assert heads.previous_token_scores(m, x)[0].tolist() == pytest.approx([0.0, 1.0, want, want], abs=1e-6)
 
 
 def test_missing_hook_points_are_named():
