@@ -8,6 +8,7 @@ import importlib
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_only_general_names_are_exported():
     """About 25 general names; a study's analyses are used as modules (``from dlmlab.analysis.induction import``)."""
     assert 20 <= len(analysis.__all__) <= 30
     modules = {m.rsplit(".", 1)[-1] for m in analysis._EXPORTS.values()}
-    assert modules == {"requires", "layers", "cache", "probes", "heads", "ablation", "fold", "patching"}
+    assert modules == {"requires", "layers", "activation_cache", "probes", "heads", "ablation", "fold", "patching"}
     for name in ("dlm_table", "probe_layers", "composition_scores", "storage_matrix", "mask_rate_probe",
                  "checkpoint_curve", "score_correlation", "storage_gradient_cosine"):
         assert name not in analysis.__all__, name
@@ -45,12 +46,17 @@ def test_only_general_names_are_exported():
 
 
 def test_the_cache_lives_below_the_analyses():
-    """``dlmlab.hooks`` imports the cache at top level; the cache module imports nothing of dlmlab.analysis."""
+    """``dlmlab.interp.hooks`` imports the cache at top level; the cache module imports nothing of dlmlab.analysis;
+    the old documented paths ``dlmlab.hooks`` / ``dlmlab.cache`` re-export the same objects."""
     import dlmlab.cache
     import dlmlab.hooks
+    import dlmlab.interp.activation_cache
+    import dlmlab.interp.hooks
 
-    assert dlmlab.hooks.ActivationCache is dlmlab.cache.ActivationCache is analysis.ActivationCache
-    code = ("import sys, torch, dlmlab.hooks\n"
+    assert dlmlab.interp.hooks.ActivationCache is dlmlab.interp.activation_cache.ActivationCache is analysis.ActivationCache
+    assert dlmlab.hooks.HookedModule is dlmlab.interp.hooks.HookedModule
+    assert dlmlab.cache.to_str_tokens is dlmlab.interp.activation_cache.to_str_tokens
+    code = ("import sys, torch, dlmlab.interp.hooks\n"
             "from dlmlab.models import Transformer, TransformerConfig\n"
             "m = Transformer(TransformerConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2, d_mlp=8))\n"
             "_, c = m.run_with_cache(torch.zeros(1, 3, dtype=torch.long))\n"
@@ -58,6 +64,20 @@ def test_the_cache_lives_below_the_analyses():
             "print(sorted(m for m in sys.modules if m.startswith('dlmlab.analysis')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["[]"]
+
+
+def test_the_interp_package_imports_no_model():
+    """The interpretability core sits below the models: importing it (and using the cache's helpers on a
+    model built elsewhere) loads nothing of dlmlab.models, and no line of it imports dlmlab.models."""
+    import dlmlab.interp
+
+    code = "import sys, dlmlab.interp\nprint(sorted(m for m in sys.modules if m.startswith('dlmlab.models')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]"]
+    pkg = Path(dlmlab.interp.__file__).parent
+    for f in sorted(pkg.glob("*.py")):
+        assert "dlmlab.models" not in "".join(ln for ln in f.read_text().splitlines(True)
+                                               if ln.lstrip().startswith(("import ", "from "))), f.name
 
 
 def test_submodules_stay_modules():

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import tiny_transformer
-from dlmlab.cache import ActivationCache, MissingActivation, to_str_tokens
+from dlmlab.interp.activation_cache import ActivationCache, MissingActivation, to_str_tokens
 from dlmlab.analysis.fold import fold_ln
 from dlmlab.errors import UserError
-from dlmlab.hooks import UnknownHookPoint
+from dlmlab.interp.hooks import UnknownHookPoint
 from dlmlab.models.mamba import Mamba, MambaConfig
 from dlmlab.models.mamba2 import Mamba2, Mamba2Config
 from dlmlab.models.recurrent import RecurrentConfig, RecurrentModel

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_transformer
-from dlmlab.cache import MissingActivation
+from dlmlab.interp.activation_cache import MissingActivation
 
 
 def test_deferred_patterns_ignore_in_place_edits_of_the_tokens(tokens):

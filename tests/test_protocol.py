@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from dlmlab.errors import UserError
-from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.models import KVCache
 from dlmlab.models.checks import ModelInputError
 from dlmlab.models.factory import build_model, config_class, model_config
@@ -158,6 +158,8 @@ def test_protocol_problems_name_what_is_missing():
     problems = protocol_problems(Half())
     assert problems == ["no residual_stream flag (bool)", "no supports_kv_cache flag (bool)",
                         "missing hook points blocks.0.resid_pre, blocks.0.mixer_out",
+                        "no has_attention, norm_scale, scale_like_norm methods (inherit "
+                        "dlmlab.models.protocol.ProtocolMethods)",
                         "forward does not accept the common keywords attn_mask, prompt_len, embed_add, kv_cache"]
     with pytest.raises(ProtocolError, match="^Half does not follow the dlmlab model protocol: no residual_stream"):
         check_protocol(Half())

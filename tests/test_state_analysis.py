@@ -11,7 +11,7 @@ from dlmlab.analysis.direction_ablation import (ablation_drops, orthonormal, pca
                                                 random_basis, tagging_accuracy)
 from dlmlab.analysis.layer_probes import best_layer, collect_states, probe_layers, residual_layers
 from dlmlab.analysis.patching import patch_positions
-from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.tasks.parity import ParityTask
 
 

@@ -17,7 +17,7 @@ from dlmlab.data.tokenizer import CharTokenizer
 from dlmlab.errors import UserError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.models.factory import build_model
-from dlmlab.tl_names import from_tl_name
+from dlmlab.interp.tl_names import from_tl_name
 
 V = 11
 

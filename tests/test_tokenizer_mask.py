@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dlmlab
-from dlmlab.cache import to_str_tokens
+from dlmlab.interp.activation_cache import to_str_tokens
 from dlmlab.data.tokenizer import MASK_TEXT, BPETokenizer, CharTokenizer, tokenizer_from_json
 from dlmlab.objectives import mdlm_loss
 from dlmlab.training import TrainConfig, train

@@ -22,7 +22,7 @@ from dlmlab.config import ConfigError, from_dict, load_yaml
 from dlmlab.data import DataConfig, load_corpus
 from dlmlab.data.paths import DataError, DataNotFound
 from dlmlab.errors import UserError, user_message
-from dlmlab.hooks import UnknownHookPoint
+from dlmlab.interp.hooks import UnknownHookPoint
 from dlmlab.models import TransformerConfig
 from dlmlab.models.mamba import MambaConfig
 from dlmlab.models.mamba2 import Mamba2Config

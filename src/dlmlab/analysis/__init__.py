@@ -38,8 +38,8 @@ def _export(module: str, *names: str) -> None:
 _export("dlmlab.analysis.requires", "UnsupportedModel", "LayerOutOfRange", "require_residual", "require_attention",
         "require_hooks")
 _export("dlmlab.analysis.layers", "residual_layers")
-# run_with_cache's cache (it lives beside dlmlab.hooks)
-_export("dlmlab.cache", "ActivationCache", "to_str_tokens")
+# run_with_cache's cache (it lives beside dlmlab.interp.hooks)
+_export("dlmlab.interp.activation_cache", "ActivationCache", "to_str_tokens")
 # linear probes with control tasks
 _export("dlmlab.analysis.probes", "ProbeResult", "probe_classification", "probe_regression", "control_labels")
 # attention patterns and a head score
@@ -77,4 +77,4 @@ if TYPE_CHECKING:  # static tools see the real names
     from dlmlab.analysis.probes import ProbeResult, control_labels, probe_classification, probe_regression  # noqa: F401
     from dlmlab.analysis.requires import (LayerOutOfRange, UnsupportedModel, require_attention,  # noqa: F401
                                           require_hooks, require_residual)
-    from dlmlab.cache import ActivationCache, to_str_tokens  # noqa: F401
+    from dlmlab.interp.activation_cache import ActivationCache, to_str_tokens  # noqa: F401

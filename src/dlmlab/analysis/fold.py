@@ -31,7 +31,7 @@ A pre-norm sublayer reads ``y = N(x) W^T + c`` with ``N(x) = w * P x / sigma(x) 
 
 Norm scales have one implementation, in :mod:`dlmlab.models.norm_scale`: :func:`norm_scale` (the
 per-token ``sigma``, as the norm computes it) and :func:`scale_like_norm` (``w * P x / sigma`` for a
-given sigma, used by :meth:`dlmlab.cache.ActivationCache.apply_ln_to_stack`).
+given sigma, used by :meth:`dlmlab.interp.activation_cache.ActivationCache.apply_ln_to_stack`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlmlab.hooks import HookPoint
+from dlmlab.interp.hooks import HookPoint
 from dlmlab.models.config import TransformerConfig
 from dlmlab.models.kv_cache import KVCache
 from dlmlab.models.positions import apply_rope

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dlmlab.hooks import HookPoint
+from dlmlab.interp.hooks import HookPoint
 from dlmlab.models.attention import Attention
 from dlmlab.models.config import TransformerConfig
 from dlmlab.models.kv_cache import KVCache

@@ -1,7 +1,7 @@
 """Build any toolkit sequence model by architecture name, with matched parameter counts.
 
 ``build_model(arch, vocab_size=V, n_out=K, d_model=128, n_layers=4, **overrides)``
-returns a :class:`~dlmlab.hooks.HookedModule` mapping tokens [B,T] -> logits [B,T,K] that
+returns a :class:`~dlmlab.interp.hooks.HookedModule` mapping tokens [B,T] -> logits [B,T,K] that
 follows :mod:`dlmlab.models.protocol` (``arch`` is its ``family``): the same forward keywords,
 the hook points ``embed``, ``blocks.{i}.resid_pre|mixer_out|resid_post``, ``final`` and
 ``logits``, plus architecture-specific ones (see docs/models.md).
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from dlmlab.config import ConfigError, from_dict
-from dlmlab.hooks import HookedModule
+from dlmlab.interp.hooks import HookedModule
 
 from dlmlab.models.protocol import FAMILIES
 

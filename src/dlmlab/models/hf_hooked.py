@@ -40,9 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlmlab.errors import UserError
-from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.models.checks import check_causal_keywords, check_tokens
-from dlmlab.models.protocol import family_name
+from dlmlab.models.protocol import ProtocolMethods, family_name
 
 #: protocol family of a Hugging Face ``model_type`` (other decoders count as transformers)
 FAMILY_OF_MODEL_TYPE = {"mamba": "mamba", "mamba2": "mamba2"}
@@ -115,7 +115,7 @@ def _route_input(hp: HookPoint, module, args, kwargs):
     return None
 
 
-class HFHooked(HookedModule):
+class HFHooked(ProtocolMethods, HookedModule):
     """HF decoder + head: tokens [B,T] (ids in ``[0, vocab_size)``) -> logits [B,T,n_out or vocab].
 
     ``model``: a base model (``GPTNeoXModel``, ``MambaModel``) or a causal LM (its ``base_model``

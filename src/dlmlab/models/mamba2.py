@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlmlab.config import Config, Derived, is_auto, require
-from dlmlab.hooks import HookPoint
+from dlmlab.interp.hooks import HookPoint
 from dlmlab.models.precision import upcast
 from dlmlab.models.stacked import SSMStack, ssm_states  # noqa: F401  (re-exported: one definition)
 from dlmlab.models.fused_conv import conv_silu

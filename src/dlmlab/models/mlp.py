@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlmlab.hooks import HookPoint
+from dlmlab.interp.hooks import HookPoint
 from dlmlab.models.config import TransformerConfig
 
 

@@ -5,7 +5,8 @@ identity for RMSNorm; ``sigma`` the per-token scale).  :func:`norm_scale` comput
 norm does; :func:`scale_like_norm` applies ``w * P x / s`` for a given ``s`` (linear in ``x``, so the
 parts of a residual stream map to parts of the norm's output);  :class:`FrozenScaleNorm` is a norm
 whose scale is a constant (:func:`dlmlab.analysis.fold.freeze_norm_scales`).
-Used by :meth:`dlmlab.cache.ActivationCache.apply_ln_to_stack`, :mod:`dlmlab.analysis.fold` and
+Used by the models' protocol methods (:class:`dlmlab.models.protocol.ProtocolMethods`, which
+:meth:`dlmlab.interp.activation_cache.ActivationCache.apply_ln_to_stack` calls), :mod:`dlmlab.analysis.fold` and
 :mod:`dlmlab.analysis.storage_routing`.
 """
 

@@ -39,6 +39,14 @@ Family and flags
     ``model.family`` (= ``model.cfg.family``): one of :data:`FAMILIES`; ``model.residual_stream``
     (above); ``model.supports_kv_cache``: whether ``forward(kv_cache=...)`` is accepted.
 
+Methods (:class:`ProtocolMethods`, which every family inherits; what the interpretability core,
+:mod:`dlmlab.interp`, asks a model, so that it imports no model)
+    * ``model.has_attention()``: whether every block has attention heads (``blocks.{i}.attn.*``);
+    * ``model.norm_scale(norm, x)`` [...]: the per-token scale one of the model's norms divides
+      ``x`` [..., D] by, and ``model.scale_like_norm(norm, x, scale)`` [..., D]: ``w * P x / scale``
+      (:mod:`dlmlab.models.norm_scale`);
+    * ``model.family_name``: how messages name the model ("Transformer", "Mamba-2", ...).
+
 :func:`protocol_problems` lists what a model lacks; :func:`check_protocol` raises on the first.
 This module imports no model, so models and analyses can both import it.
 """
@@ -52,11 +60,13 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 import torch
 
 from dlmlab.errors import UserError
+from dlmlab.models import norm_scale as _norm_scale
 
 FAMILIES: tuple[str, ...] = ("transformer", "mamba", "mamba2", "lstm", "gru")
 FAMILY_NAMES: dict[str, str] = {"transformer": "Transformer", "mamba": "Mamba", "mamba2": "Mamba-2",
                                 "lstm": "LSTM", "gru": "GRU"}
 COMMON_KEYWORDS: tuple[str, ...] = ("attn_mask", "prompt_len", "embed_add", "kv_cache")
+PROTOCOL_METHODS: tuple[str, ...] = ("has_attention", "norm_scale", "scale_like_norm")
 MODEL_POINTS: tuple[str, ...] = ("embed", "final", "logits")
 BLOCK_POINTS: tuple[str, ...] = ("resid_pre", "mixer_out", "resid_post")
 RESIDUAL_POINTS: tuple[str, ...] = ("embed", "blocks.{i}.resid_pre", "blocks.{i}.mixer_out",
@@ -99,6 +109,35 @@ class SequenceModel(Protocol):
 
     def run_with_cache(self, tokens: torch.Tensor, names: Any = None, **kw: Any) -> tuple[torch.Tensor, Any]: ...
 
+    def has_attention(self) -> bool: ...
+
+    def norm_scale(self, norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor: ...
+
+    def scale_like_norm(self, norm: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor: ...
+
+
+class ProtocolMethods:
+    """The protocol's methods (see the module docstring), inherited by every family."""
+
+    @property
+    def family_name(self) -> str:
+        """How messages name this model: "Transformer", "Mamba-2", ... (else its class name)."""
+        return family_name(self)
+
+    def has_attention(self) -> bool:
+        """True when every block has an attention module exposing ``blocks.{i}.attn.*`` hook points."""
+        return _attention_in_every_block(self)
+
+    def norm_scale(self, norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """The per-token scale [...] that ``norm`` (one of this model's norms) divides ``x`` [..., D] by
+        (:func:`dlmlab.models.norm_scale.norm_scale`)."""
+        return _norm_scale.norm_scale(norm, x)
+
+    def scale_like_norm(self, norm: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``w * P x / scale`` [..., D] for ``x`` [..., D] and a ``scale`` broadcastable to ``x.shape[:-1]``
+        (:func:`dlmlab.models.norm_scale.scale_like_norm`)."""
+        return _norm_scale.scale_like_norm(norm, x, scale)
+
 
 def family_of(model) -> str | None:
     """``model.family`` (or ``model.cfg.family``); None when the model states none."""
@@ -127,7 +166,13 @@ def residual_point_names(model) -> list[str]:
 
 
 def has_attention(model) -> bool:
-    """True when every block has an attention module exposing ``blocks.{i}.attn.*`` hook points."""
+    """``model.has_attention()`` where the model has the protocol's method, else whether every block has an
+    attention module exposing ``blocks.{i}.attn.*`` hook points."""
+    method = getattr(model, "has_attention", None)
+    return bool(method()) if callable(method) else _attention_in_every_block(model)
+
+
+def _attention_in_every_block(model) -> bool:
     blocks = getattr(model, "blocks", None)
     if not blocks:
         return False
@@ -162,10 +207,13 @@ def protocol_problems(model) -> list[str]:
         problems.append("no blocks")
     points = getattr(model, "hook_points", None)
     if not isinstance(points, dict):
-        return problems + ["no hook_points (a dlmlab.hooks.HookedModule)"]
+        return problems + ["no hook_points (a dlmlab.interp.hooks.HookedModule)"]
     missing = [n for n in residual_point_names(model) if n not in points]
     if missing:
         problems.append(f"missing hook points {', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}")
+    absent_methods = [m for m in PROTOCOL_METHODS if not callable(getattr(model, m, None))]
+    if absent_methods:
+        problems.append(f"no {', '.join(absent_methods)} methods (inherit dlmlab.models.protocol.ProtocolMethods)")
     attention_points = [n for n in points if re.match(r"^blocks\.\d+\.attn\.", n)]
     if attention_points and not has_attention(model):
         problems.append(f"attention hook points ({attention_points[0]}) without an attention module in every block")

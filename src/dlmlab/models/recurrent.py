@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from dlmlab.config import Config, Derived, is_auto, require
-from dlmlab.hooks import HookPoint
+from dlmlab.interp.hooks import HookPoint
 from dlmlab.models.stacked import StackedLM
 from dlmlab.models.norm import make_norm
 

@@ -21,14 +21,14 @@ from typing import Callable
 import torch
 from torch import nn
 
-from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.models.checks import ModelInputError, check_causal_keywords, check_tokens
 from dlmlab.models.norm import RMSNorm
-from dlmlab.models.protocol import family_name
+from dlmlab.models.protocol import ProtocolMethods, family_name
 from dlmlab.models.weight_views import EmbedViews
 
 
-class StackedLM(EmbedViews, HookedModule):
+class StackedLM(ProtocolMethods, EmbedViews, HookedModule):
     """``W_E`` / ``W_U`` / ``b_U`` views: :mod:`dlmlab.models.weight_views`."""
 
     residual_stream = True  # resid_post = resid_pre + mixer_out (RecurrentModel: cfg.residual)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dlmlab.hooks import HookedModule, HookPoint
+from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.models.block import Block
 from dlmlab.models.checks import ModelInputError, check_tokens
 from dlmlab.models.config import TransformerConfig
@@ -22,10 +22,11 @@ from dlmlab.models.kv_cache import KVCache
 from dlmlab.models.masks import build_mask
 from dlmlab.models.norm import make_norm
 from dlmlab.models.positions import alibi_bias, alibi_slopes, rope_cos_sin
+from dlmlab.models.protocol import ProtocolMethods
 from dlmlab.models.weight_views import AttentionViews
 
 
-class Transformer(AttentionViews, HookedModule):
+class Transformer(ProtocolMethods, AttentionViews, HookedModule):
     """TransformerLens's weight views (``W_E``, ``W_Q`` [L, H, D, d_head] ...): :mod:`dlmlab.models.weight_views`."""
 
     residual_stream = True  # resid_post = resid_pre + mixer_out (+ mlp_out)

@@ -123,6 +123,16 @@ class PreDiffLM(nn.Module):
     def uses_self_cond(self) -> bool:
         return self.self_cond_proj is not None
 
+    # the protocol's methods (dlmlab.models.protocol.ProtocolMethods) are the backbone's
+    def has_attention(self) -> bool:
+        return self.backbone.has_attention()
+
+    def norm_scale(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone.norm_scale(norm, x)
+
+    def scale_like_norm(self, norm: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.backbone.scale_like_norm(norm, x, scale)
+
     def embed_add(self, B: int, T: int, offset: int, prompt_len, time: torch.Tensor | None,
                   self_cond: torch.Tensor | None, device) -> torch.Tensor | None:
         """[B,T,D] residual for positions ``offset..offset+T-1`` (zero at prompt positions) or None."""

@@ -36,7 +36,7 @@ class Denoiser:
     mask_id: the mask token id; shift: logits at ``i - 1`` predict token ``i``; prompt_causal: the clean
     prompt never attends to later positions (its keys/values can be reused exactly); uses_self_cond: takes
     ``self_cond``; supports_cache: honours ``attn`` / ``cache`` and :meth:`encode_context` (toolkit
-    attention); alibi: ALiBi positions; hooked: a :class:`~dlmlab.hooks.HookedModule` whose hook points a
+    attention); alibi: ALiBi positions; hooked: a :class:`~dlmlab.interp.hooks.HookedModule` whose hook points a
     trace can record (None: none); model: the underlying module (put in eval mode by the decoder).
     """
 

@@ -2,7 +2,7 @@
 
 :func:`trajectory_lens` reads a :class:`~dlmlab.sampling.trajectory_cache.Trajectory` cached at
 :func:`lens_points` (the residual stream before every block and after the last) and applies, at every
-cached step, :meth:`dlmlab.cache.ActivationCache.logit_lens` (the final norm with each entry's own scale,
+cached step, :meth:`dlmlab.interp.activation_cache.ActivationCache.logit_lens` (the final norm with each entry's own scale,
 then the unembedding; the last depth is the model's own logits).  The mask token is excluded, as the
 sampler excludes it; for a shifted model (Dream) the lens at position ``i`` is read from position ``i-1``,
 as the model's own prediction is.  Kept per step: entropy, top-k ids and probabilities (the full
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dlmlab.cache import ActivationCache
+from dlmlab.interp.activation_cache import ActivationCache
 from dlmlab.errors import UserError
 from dlmlab.sampling.denoiser import as_denoiser
 

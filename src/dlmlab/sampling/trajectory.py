@@ -3,7 +3,7 @@
 Every step yields a :class:`StepRecord`: the tokens after the step, which positions it committed,
 the per-position confidence (probability of the drawn token) and entropy of the candidates, and,
 at the steps :class:`TraceConfig` chooses, activations at chosen hook points of the model (read
-through the model's own hook mechanism, :meth:`dlmlab.hooks.HookedModule.cache`), each tagged with
+through the model's own hook mechanism, :meth:`dlmlab.interp.hooks.HookedModule.cache`), each tagged with
 its step.
 """
 

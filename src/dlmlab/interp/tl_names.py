@@ -88,7 +88,7 @@ def encode_texts(model, text: str | list[str], prepend_bos: bool | None = None) 
 
 def str_tokens(model, tokens) -> list[str] | list[list[str]]:
     """``model.to_str_tokens``: one string per token of a text, a [T] / [B, T] tensor or a list of ids."""
-    from dlmlab.cache import to_str_tokens
+    from dlmlab.interp.activation_cache import to_str_tokens
 
     return to_str_tokens(tokenizer_of(model, "to_str_tokens"), tokens)
 

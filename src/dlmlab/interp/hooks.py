@@ -1,0 +1,417 @@
+"""Named hook points shared by every dlmlab model.
+
+A :class:`HookPoint` is an identity module placed at an interesting activation
+(``embed``, ``blocks.0.resid_pre``, ``blocks.0.attn.pattern`` ...).  Its name is
+its path in ``named_modules()``.  With no hook attached it returns its input
+untouched and costs one Python call; models may ask ``hook.active`` to pick a
+slower path that materialises an activation only when someone looks at it
+(e.g. the attention pattern).
+
+:class:`HookedModule` gives every model the same three context managers:
+
+* ``cache(names)``   -> dict filled with the activations seen during forward;
+* ``replace(values)`` -> substitute a tensor (or ``fn(act) -> act``) at points;
+* ``add(values)``     -> add a tensor (broadcast) at points;
+
+and one call, ``run_with_cache(tokens, names)`` -> ``(logits, ActivationCache)``
+(:mod:`dlmlab.interp.activation_cache`), optionally with the gradient of a loss at every cached point.
+
+TransformerLens idioms work as there: ``run_with_cache(tokens, names_filter=...)`` (``names_filter`` is
+``names``), ``run_with_hooks(tokens, fwd_hooks=[(name, fn)], bwd_hooks=[...])``, hook names spelt
+TransformerLens's way (``blocks.0.attn.hook_pattern``; :mod:`dlmlab.interp.tl_names`), and, with a tokenizer
+attached (``model.tokenizer``; :func:`dlmlab.load` attaches the run's), ``to_tokens`` / ``to_str_tokens`` /
+``to_string``.
+
+``names`` is ``None`` (all points except the opt-in ones), a list of exact names / ``fnmatch``
+globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
+are only built when hooked (the per-head attention output ``blocks.{i}.attn.head_out``
+[B,T,H,D]; see :attr:`HookedModule.opt_in_points`): ``names=None`` leaves them out, a name or
+glob / predicate that matches them takes them.  *Deferred* points (the attention pattern
+``blocks.{i}.attn.pattern``, which needs the slower explicit attention path; see
+:attr:`HookedModule.deferred_points`) are, in ``run_with_cache(names=None)``, left out of the
+forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`).
+Every name or glob must match at least one hook point,
+else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
+closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
+activation's device and dtype.  Hooks are always removed on exit, also on error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fnmatch
+import re
+from typing import Callable, Iterable, Iterator, Mapping, Union
+
+import torch
+from torch import nn
+
+from dlmlab.interp import tl_names
+from dlmlab.interp.activation_cache import ActivationCache
+from dlmlab.errors import UserError
+
+HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
+NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
+
+
+class HookPoint(nn.Module):
+    """Identity module that runs attached functions on the tensor passing through."""
+
+    def __init__(self, opt_in: bool = False) -> None:
+        super().__init__()
+        self.name: str = ""
+        self.opt_in = opt_in  # True: costly to build, left out of ``names=None`` (cache / run_with_cache)
+        self.deferred = False  # True: run_with_cache(names=None) computes it on first read (see deferred_points)
+        self._fns: list[HookFn] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self._fns)
+
+    def attach(self, fn: HookFn) -> Callable[[], None]:
+        self._fns.append(fn)
+
+        def remove() -> None:
+            if fn in self._fns:
+                self._fns.remove(fn)
+
+        return remove
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for fn in self._fns:
+            out = fn(x, self)
+            if out is not None:
+                x = out
+        return x
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+class UnknownHookPoint(UserError, KeyError):
+    """A hook name or glob that matches no hook point of the model."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+def _patterns(names: NameFilter) -> list[str] | None:
+    """The explicit names / globs in ``names`` (None for "all" or a predicate)."""
+    if names is None or callable(names):
+        return None
+    if isinstance(names, str):
+        return [tl_names.from_tl_name(names)]
+    patterns = list(names)
+    for p in patterns:
+        if not isinstance(p, str):
+            raise TypeError(f"hook names must be strings (names or fnmatch globs), got {type(p).__name__} {p!r}")
+    return [tl_names.from_tl_name(p) for p in patterns]
+
+
+def _unknown(pattern: str, known: list[str]) -> UnknownHookPoint:
+    candidates = known
+    if any(c in pattern for c in "*?["):  # a glob: compare it with the names written as globs (digits -> *)
+        candidates = list(dict.fromkeys(re.sub(r"\d+", "*", n) for n in known)) + known
+    close = difflib.get_close_matches(pattern, candidates, n=4, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    some = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+    return UnknownHookPoint(f"no hook point matches {pattern!r}{hint} (the model's {len(known)} points "
+                            f"include {some}; see model.hook_points)")
+
+
+def _matcher(names: NameFilter) -> Callable[[str], bool]:
+    if names is None:
+        return lambda n: True
+    if callable(names):
+        return names
+    if isinstance(names, str):
+        names = [names]
+    patterns = list(names)
+    return lambda n: any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns)
+
+
+class HookedModule(nn.Module):
+    """Mixin for models whose activations are exposed as named :class:`HookPoint` s.
+
+    Call :meth:`setup_hooks` at the end of ``__init__``.
+    """
+
+    #: globs of the points left out of ``names=None`` (besides any ``HookPoint(opt_in=True)``)
+    opt_in_points: tuple[str, ...] = ("*.attn.head_out",)
+    #: globs of the points ``run_with_cache(names=None)`` computes on first read (they slow the forward down)
+    deferred_points: tuple[str, ...] = ("*.attn.pattern",)
+    #: the text tokenizer of ``to_tokens`` / ``to_str_tokens`` / ``to_string`` (``dlmlab.load`` sets the run's)
+    tokenizer = None
+
+    def setup_hooks(self) -> None:
+        self._hook_points: dict[str, HookPoint] = {}
+        for name, mod in self.named_modules():
+            if isinstance(mod, HookPoint):
+                mod.name = name
+                if any(fnmatch.fnmatchcase(name, g) for g in self.opt_in_points):
+                    mod.opt_in = True
+                if any(fnmatch.fnmatchcase(name, g) for g in self.deferred_points):
+                    mod.deferred = True
+                self._hook_points[name] = mod
+
+    @property
+    def hook_points(self) -> dict[str, HookPoint]:
+        return dict(self._hook_points)
+
+    def select_hooks(self, names: NameFilter) -> dict[str, HookPoint]:
+        """The hook points ``names`` chooses (``None``: all but the opt-in ones); raises
+        :class:`UnknownHookPoint` for a name or glob that matches none (a typo must not be dropped
+        silently)."""
+        if names is None:
+            return {n: h for n, h in self._hook_points.items() if not h.opt_in}
+        patterns = _patterns(names)
+        if patterns is not None:
+            known = list(self._hook_points)
+            for p in patterns:
+                if not any(n == p or fnmatch.fnmatchcase(n, p) for n in known):
+                    raise _unknown(p, known)
+            names = patterns
+        match = _matcher(names)
+        return {n: h for n, h in self._hook_points.items() if match(n)}
+
+    @contextlib.contextmanager
+    def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
+        """Attach ``{name_or_glob: fn}`` for the duration of the block."""
+        removers = []
+        try:
+            for pattern, fn in fns.items():
+                for hp in self.select_hooks([pattern]).values():
+                    removers.append(hp.attach(fn))
+            yield
+        finally:
+            for r in removers:
+                r()
+
+    def _attach_each(self, points: Mapping[str, HookPoint], fn: HookFn) -> list[Callable[[], None]]:
+        return [hp.attach(fn) for hp in points.values()]
+
+    @contextlib.contextmanager
+    def cache(self, names: NameFilter = None, detach: bool = True) -> Iterator[dict[str, torch.Tensor]]:
+        """Record activations at the chosen points: ``with m.cache() as c: m(x)``.
+
+        The stored tensors are references (no copy); ``detach=True`` stores them cut from autograd.
+        A later hook that changes a tensor in place would change the stored one too."""
+        store: dict[str, torch.Tensor] = {}
+
+        if detach:
+            def save(x: torch.Tensor, hp: HookPoint) -> None:
+                store[hp.name] = x.detach()
+        else:
+            def save(x: torch.Tensor, hp: HookPoint) -> None:
+                store[hp.name] = x
+
+        removers = []
+        try:
+            removers = self._attach_each(self.select_hooks(names), save)
+            yield store
+        finally:
+            for r in removers:
+                r()
+
+    def run_with_cache(self, tokens: torch.Tensor, names: NameFilter = None, *, detach: bool = True,
+                       loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                       grad_names: NameFilter = None, step: int | None = None, names_filter: NameFilter = None,
+                       **forward_kwargs):
+        """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.interp.activation_cache.ActivationCache`
+        of the activations at the points ``names`` chooses (``None``: every point but the opt-in ones,
+        e.g. per-head outputs, which :meth:`ActivationCache.stack_head_results` builds from ``z``).
+
+        tokens [B,T]; ``forward_kwargs`` go to the model's forward.  Stored tensors are references
+        to the activations, detached unless ``detach=False``.
+
+        With ``names=None`` the deferred points (attention patterns) are not recorded during this
+        forward, which then keeps the fast attention kernel; the cache lists them and computes them
+        all on the first read of one, by a second forward of the same tokens and keywords (copies
+        taken now: editing ``tokens`` in place afterwards does not change the patterns).  That
+        forward must see the same model: reading raises a :class:`UserError` if a parameter or buffer
+        changed since, or if hooks are attached at that moment.  They are recorded in this forward
+        instead when they are named, or when hooks are attached now, ``detach=False``, ``loss_fn``
+        or a ``kv_cache`` is given.
+
+        ``loss_fn(logits) -> scalar``: also store d loss / d activation at each point ``grad_names``
+        chooses (default: the cached points) in ``cache.grads`` (computed with
+        :func:`torch.autograd.grad`, so parameters' ``.grad`` are left alone; works with frozen
+        parameters too).  Needs grad mode on; the returned logits are then detached.
+        ``step``: stored as ``cache.step`` (e.g. the denoising step of a sampling trajectory).
+        ``names_filter``: TransformerLens's name for ``names`` (give one of the two).
+        """
+        if names_filter is not None:
+            if names is not None:
+                raise UserError("run_with_cache got both names and names_filter (the same thing); give one")
+            names = names_filter
+        points = self.select_hooks(names)
+        if loss_fn is None:
+            deferred: list[str] = []
+            if (names is None and detach and forward_kwargs.get("kv_cache") is None
+                    and not any(h.active for h in self._hook_points.values())):
+                deferred = [n for n, h in points.items() if h.deferred]
+                points = {n: h for n, h in points.items() if not h.deferred}
+            with self.cache(points.__contains__, detach=detach) as store:
+                logits = self(tokens, **forward_kwargs)
+            cache = ActivationCache(store, self, step=step, meta=_meta(forward_kwargs))
+            if deferred:
+                cache.defer(deferred, _DeferredForward(self, tokens, dict(forward_kwargs), deferred))
+            return logits, cache
+        if not torch.is_grad_enabled():
+            raise UserError("run_with_cache(loss_fn=...) computes gradients: call it with grad mode on "
+                            "(not under torch.no_grad() / inference_mode())")
+        grad_points = points if grad_names is None else self.select_hooks(grad_names)
+        store: dict[str, torch.Tensor] = {}
+        live: dict[str, torch.Tensor] = {}
+
+        def save(x: torch.Tensor, hp: HookPoint):
+            out = None
+            if hp.name in grad_points:
+                if not x.requires_grad:  # frozen parameters below this point: make it a leaf of the graph
+                    x = out = x.detach().requires_grad_(True)
+                live[hp.name] = x
+            if hp.name in points:
+                store[hp.name] = x.detach() if detach else x
+            return out
+
+        removers = []
+        try:
+            removers = self._attach_each({**points, **grad_points}, save)
+            logits = self(tokens, **forward_kwargs)
+        finally:
+            for r in removers:
+                r()
+        loss = loss_fn(logits)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise UserError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}"
+                            f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}")
+        names_g = list(live)
+        grads = torch.autograd.grad(loss, [live[n] for n in names_g], allow_unused=True)
+        grad_store = {n: torch.zeros_like(live[n]) if g is None else g for n, g in zip(names_g, grads)}
+        cache = ActivationCache(store, self, step=step, grads=grad_store, meta=_meta(forward_kwargs))
+        return logits.detach(), cache
+
+    def run_with_hooks(self, tokens: torch.Tensor, fwd_hooks: Iterable[tuple] = (), bwd_hooks: Iterable[tuple] = (),
+                       **forward_kwargs) -> torch.Tensor:
+        """TransformerLens's ``run_with_hooks``: one forward with ``fn(activation, hook)`` attached at each
+        ``(name_or_predicate, fn)`` of ``fwd_hooks`` (a returned tensor replaces the activation; ``hook.name``
+        is the point's name) -> logits.  ``bwd_hooks``: ``fn(grad, hook)`` on d loss / d activation, run when
+        the caller back-propagates from the logits (a returned tensor replaces the gradient).  Hooks are
+        removed when the forward returns (backward hooks stay on the autograd graph of this forward only).
+        A name may be spelt TransformerLens's way (``blocks.0.attn.hook_z``)."""
+
+        def backward(fn: HookFn) -> HookFn:
+            def attach_grad(x: torch.Tensor, hp: HookPoint) -> None:
+                if x.requires_grad:
+                    x.register_hook(lambda g: fn(g, hp))
+            return attach_grad
+
+        removers = []
+        try:
+            for hooks, wrap in ((fwd_hooks, None), (bwd_hooks, backward)):
+                for pair in hooks:
+                    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])):
+                        raise UserError(f"run_with_hooks wants (name, fn) pairs, got {pair!r}")
+                    name, fn = pair
+                    points = self.select_hooks(name if callable(name) else [name])
+                    removers += self._attach_each(points, wrap(fn) if wrap else fn)
+            return self(tokens, **forward_kwargs)
+        finally:
+            for r in removers:
+                r()
+
+    # TransformerLens's text helpers, with the attached tokenizer (see dlmlab.interp.tl_names)
+    def to_tokens(self, text: str | list[str], prepend_bos: bool | None = None) -> torch.Tensor:
+        """A text -> ids [1, T]; texts of one token length -> [B, T] (on the model's device; no BOS)."""
+        return tl_names.encode_texts(self, text, prepend_bos)
+
+    def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
+        """One string per token of a text, ids [T] / [B, T] or a list of ids."""
+        return tl_names.str_tokens(self, tokens)
+
+    def to_string(self, tokens) -> str | list[str]:
+        """ids [T] -> text; [B, T] -> one text per row."""
+        return tl_names.decode_ids(self, tokens)
+
+    @contextlib.contextmanager
+    def replace(self, values: Mapping[str, Union[torch.Tensor, Callable]]) -> Iterator[None]:
+        """Replace the activation at each named point by a tensor or ``fn(act)``."""
+
+        def make(v):
+            if callable(v) and not isinstance(v, torch.Tensor):
+                return lambda x, hp: v(x)
+            v = torch.as_tensor(v)
+            return lambda x, hp: _like(v, x, hp, "replace").expand_as(x).clone()
+
+        with self.hooks({n: make(v) for n, v in values.items()}):
+            yield
+
+    @contextlib.contextmanager
+    def add(self, values: Mapping[str, torch.Tensor]) -> Iterator[None]:
+        """Add a (broadcastable) tensor to the activation at each named point."""
+
+        def make(v):
+            v = torch.as_tensor(v)
+            return lambda x, hp: x + _like(v, x, hp, "add")
+
+        with self.hooks({n: make(v) for n, v in values.items()}):
+            yield
+
+
+class _DeferredForward:
+    """Computes a cache's deferred points by a second forward of the same input, refusing when the
+    model is not the one that ran (a parameter / buffer changed) or hooks are attached."""
+
+    def __init__(self, model: HookedModule, tokens: torch.Tensor, forward_kwargs: dict, names: list[str]) -> None:
+        # copies of the input tensors: the caller may edit its tokens in place before the first read
+        self.tokens = tokens.clone() if isinstance(tokens, torch.Tensor) else tokens
+        self.forward_kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in forward_kwargs.items()}
+        self.model, self.names = model, names
+        self.fingerprint = self._fingerprint()
+
+    def _fingerprint(self) -> tuple:
+        m = self.model
+        return (m.training,) + tuple((t.data_ptr(), _version(t)) for t in (*m.parameters(), *m.buffers()))
+
+    def __call__(self) -> dict[str, torch.Tensor]:
+        m = self.model
+        what = f"the deferred points ({self.names[0]}, ...) of a run_with_cache(names=None) cache"
+        if self._fingerprint() != self.fingerprint:
+            raise UserError(f"{what} are computed on first read by a second forward, but the model changed since "
+                            "(weights, buffers or train/eval mode); run run_with_cache again, or name these points "
+                            "in names= so they are recorded in the first forward")
+        active = [n for n, h in m._hook_points.items() if h.active]
+        if active:
+            raise UserError(f"{what} are computed on first read by a second forward, and hooks are attached now "
+                            f"(at {active[0]}); read them outside hook contexts, or name them in names=")
+        with torch.no_grad(), m.cache(self.names) as store:
+            m(self.tokens, **self.forward_kwargs)
+        return store
+
+
+def _version(t: torch.Tensor) -> int:
+    """The tensor's in-place modification counter (-1 for inference-mode tensors, which keep none)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
+def _meta(forward_kwargs: Mapping) -> dict:
+    """What a cache records about the forward: the keywords given (not None) and whether ``embed_add`` was."""
+    given = sorted(k for k, v in forward_kwargs.items() if v is not None)
+    return {"forward_kwargs": given, "embed_add": "embed_add" in given}
+
+
+def _like(v: torch.Tensor, x: torch.Tensor, hp: HookPoint, what: str) -> torch.Tensor:
+    """``v`` on ``x``'s device and dtype, checked to broadcast to ``x``'s shape."""
+    v = v.to(device=x.device, dtype=x.dtype)
+    try:
+        fits = torch.broadcast_shapes(v.shape, x.shape) == x.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{what} at hook point {hp.name!r}: a tensor of shape {tuple(v.shape)} does not broadcast "
+                         f"to the activation's shape {tuple(x.shape)}") from None
+    return v
