@@ -63,6 +63,121 @@ def test_smoke_outputs(smoke):
     assert "reverse acc" in report and "arm_fails_reverse" in report
 
 
+def _run_values(run: dict, distances) -> dict[str, float]:
+    """The per-run numbers the summary rests on, recomputed from the run's own record (plain float64 loops)."""
+    h, d = run["history"], run["diagnostics"]
+    v = {k: float(run["final"][k]) for k in ("fwd_acc", "rev_acc", "rev_p")}
+    v["initial_rev_p"] = float(run["initial_rev_p"])
+    for key, col in (("rev_auc", "rev_p"), ("storage_grad_cos_mean", "storage_grad_cos"), ("grad_cos_mean", "grad_cos")):
+        v[key] = sum(float(row[col]) for row in h) / len(h)
+    if "positional_corr" in d:  # the MDM's diagnostics (the ARM has no query -> B attention to correlate)
+        v["positional_corr"] = float(d["positional_corr"])
+    if distances and "corr_by_distance" in d:
+        by = [float(d["corr_by_distance"][str(k)]) for k in distances if str(k) in d["corr_by_distance"]]
+        by = [x for x in by if x == x]
+        v["score_corr_train"] = sum(by) / len(by)
+    return v
+
+
+def _groups(runs: list[dict], distances) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """{(kind, pe): {metric: [per seed, seeds ascending]}} recomputed from the runs."""
+    out: dict = {}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        for k, x in _run_values(r, distances).items():
+            out.setdefault((r["kind"], r["positions"]), {}).setdefault(k, []).append(x)
+    return out
+
+
+def _minus(a: list[float], b: list[float]) -> list[float]:
+    return [x - y for x, y in zip(a, b, strict=True)]
+
+
+@pytest.mark.study
+def test_smoke_numbers_are_recomputed_from_the_runs(smoke):
+    """Every interval of every claim equals the Student-t interval (recomputed here in float64) of the per-seed values
+    recomputed from the stored runs, and every verdict is the one report.claims' rules give for those intervals and
+    the forward-accuracy preconditions."""
+    from dlmlab.report.claims import (REPRODUCED, combine, contradicted, learned_level, precondition_failed,
+                                      verdict_from_interval)
+    from value_util import assert_interval, same, t_interval
+
+    data = json.loads((smoke / "results.json").read_text())
+    res, cfg = data["results"], data["config"]
+    seeds = sorted(cfg["seeds"])
+    G = _groups(res["runs"], cfg["task"]["distances"])
+    P = _groups(res["pair"]["runs"], None)
+    # the summaries: per-seed values and their intervals
+    for summ, groups in ((res["summary"], G), (res["pair"]["summary"], P)):
+        assert set(summ) == {f"{k}/{pe}" for k, pe in groups}
+        for (kind, pe), vals in groups.items():
+            entry = summ[f"{kind}/{pe}"]
+            assert entry["seeds"] == seeds
+            for key, x in vals.items():
+                assert same(entry["values"][key], x), (kind, pe, key)
+                assert_interval(entry["ci"][key], x)
+    chance, pair_chance = res["chance"], res["pair"]["chance"]
+    assert chance == res["runs"][0]["chance"] and pair_chance == res["pair"]["runs"][0]["chance"]
+    pes, order = cfg["positions"], [pe for pe in ("alibi", "rope", "learned") if pe in cfg["positions"]]
+
+    def learned(groups, kind, pe, ch):
+        return min(groups[kind, pe]["fwd_acc"]) >= learned_level(ch)
+
+    def vfi(x, level=0.0, effect=None):
+        _, lo, hi, _ = t_interval(x)
+        return verdict_from_interval(lo, hi, level=level, study_effect=effect)
+
+    want_ev: dict[str, dict[str, list[float]]] = {c: {} for c in CLAIMS}
+    parts: dict[str, list] = {c: [] for c in CLAIMS}
+    for pe in pes:
+        arm, mdm = G["arm", pe], G["mdm", pe]
+        want_ev["arm_fails_reverse"] |= {f"forward_acc_{pe}": arm["fwd_acc"], f"reverse_acc_{pe}": arm["rev_acc"]}
+        lo = t_interval(arm["rev_acc"])[1]
+        parts["arm_fails_reverse"].append(
+            precondition_failed() if not learned(G, "arm", pe, chance) else contradicted() if lo > chance else REPRODUCED)
+        rise, vs = _minus(mdm["rev_p"], mdm["initial_rev_p"]), _minus(mdm["rev_p"], arm["rev_p"])
+        want_ev["mdm_transfers_reverse"] |= {f"reverse_p_rise_{pe}": rise, f"reverse_p_mdm_minus_arm_{pe}": vs}
+        want_ev["attention_correlation_positive"] |= {f"positional_corr_{pe}": mdm["positional_corr"],
+                                                      f"full_score_corr_{pe}": mdm["score_corr_train"]}
+        want_ev["gradient_alignment_positive"] |= {f"mdm_storage_grad_cos_{pe}": mdm["storage_grad_cos_mean"],
+                                                   f"mdm_wv_wo_grad_cos_{pe}": mdm["grad_cos_mean"],
+                                                   f"arm_storage_grad_cos_{pe}": arm["storage_grad_cos_mean"]}
+        if pe in ("rope", "alibi"):
+            pre = None if learned(G, "mdm", pe, chance) else precondition_failed()
+            pre_arm = pre or (None if learned(G, "arm", pe, chance) else precondition_failed())
+            parts["mdm_transfers_reverse"] += [pre or vfi(rise), pre_arm or vfi(vs)]
+            parts["attention_correlation_positive"].append(pre or vfi(mdm["positional_corr"], 0.5))
+            parts["gradient_alignment_positive"].append(pre or vfi(mdm["storage_grad_cos_mean"], 0.5, 0.6))
+    for cid, groups, ch in (("pe_ordering", G, chance), ("pe_ordering_fixed_layout", P, pair_chance)):
+        for a, b in zip(order, order[1:]):
+            ga, gb = groups["mdm", a], groups["mdm", b]
+            dp = _minus(ga["rev_p"], gb["rev_p"])
+            want_ev[cid] |= {f"reverse_p_{a}_minus_{b}": dp, f"reverse_acc_{a}_minus_{b}": _minus(ga["rev_acc"], gb["rev_acc"]),
+                             f"reverse_p_auc_{a}_minus_{b}": _minus(ga["rev_auc"], gb["rev_auc"])}
+            ceiling = min(ga["rev_p"]) >= 0.999 and min(gb["rev_p"]) >= 0.999
+            ok = learned(groups, "mdm", a, ch) and learned(groups, "mdm", b, ch) and not ceiling
+            parts[cid].append(vfi(dp) if ok else precondition_failed())
+        for pe in order:
+            want_ev[cid] |= {f"reverse_p_{pe}": groups["mdm", pe]["rev_p"], f"reverse_acc_{pe}": groups["mdm", pe]["rev_acc"]}
+    claims = {c["id"]: c for c in data["claims"]}
+    for cid in CLAIMS:
+        ev = claims[cid]["evidence"]
+        # every interval in the evidence is one recomputed here, and nothing else is
+        assert {k[:-5] for k in ev if k.endswith("_mean")} == set(want_ev[cid]), cid
+        for name, x in want_ev[cid].items():
+            assert_interval(ev, x, prefix=f"{name}_")
+        j = combine(parts[cid])
+        assert (claims[cid]["verdict"], claims[cid]["reason"]) == (j.verdict, j.reason), (cid, claims[cid]["detail"])
+    assert claims["arm_fails_reverse"]["evidence"]["learned_level"] == learned_level(chance)
+    assert claims["pe_ordering"]["evidence"]["accuracy_order_holds"] == all(
+        t_interval(want_ev["pe_ordering"][f"reverse_acc_{a}_minus_{b}"])[1] > 0 for a, b in zip(order, order[1:]))
+    # the study's tables quote the same intervals
+    table = data["tables"][0]
+    fmt = lambda x: "{:.3f} [{:.3f}, {:.3f}] (n={} seeds, t)".format(*t_interval(x))  # noqa: E731
+    for row in table["rows"]:
+        kind = {"MDM": "mdm", "ARM": "arm"}[row[0]]
+        assert row[2:4] == [fmt(G[kind, row[1]]["fwd_acc"]), fmt(G[kind, row[1]]["rev_acc"])], row
+
+
 def test_registry_and_presets():
     mod = load_study("reversal")
     assert set(mod.PRESETS) == {"smoke", "cpu", "paper", "ladder"} and mod.TITLE
@@ -109,13 +224,29 @@ def test_real_data_pipeline(dataset):
     assert real["seeds"] == [0, 1, 2]
     assert {(r["kind"], r["positions"], r["seed"]) for r in real["runs"]} == {
         (k, "rope", s) for k in ("mdm", "arm") for s in (0, 1, 2)}
-    for r in real["runs"]:
-        assert 0 <= r["forward_acc"] <= 1 and 0 <= r["reverse_acc"] <= 1
+    n_fwd = len(task.forward_test)
+    for r in real["runs"]:  # a fraction of the test items: k / n for a whole k
+        for key, n in (("forward_acc", n_fwd), ("reverse_acc", n_items)):
+            assert 0 <= r[key] <= 1 and r[key] * n == pytest.approx(round(r[key] * n), abs=1e-9), (key, r[key])
     assert len(real_table(real).rows) == 2
     c = real_claim(real)
-    assert c.holds in (True, False) and len(c.evidence["mdm_reverse_acc_rope"]) == 3
-    lo, hi = c.evidence["mdm_minus_arm_rope_ci95"]
-    assert lo <= c.evidence["mdm_minus_arm_rope"] <= hi and c.holds == (lo > 0)
+    # the claim's numbers are the runs' per-seed values and their paired Student-t interval (recomputed here)
+    from dlmlab.report.claims import learned_level, precondition_failed, verdict_from_interval
+    from value_util import t_interval
+
+    per_seed = {(k, key): [r[key] for r in sorted(real["runs"], key=lambda r: r["seed"]) if r["kind"] == k]
+                for k in ("mdm", "arm") for key in ("forward_acc", "reverse_acc")}
+    assert c.evidence["mdm_reverse_acc_rope"] == per_seed["mdm", "reverse_acc"]
+    assert c.evidence["arm_reverse_acc_rope"] == per_seed["arm", "reverse_acc"]
+    assert c.evidence["mdm_forward_acc_rope"] == per_seed["mdm", "forward_acc"]
+    mean, lo, hi, n = t_interval([a - b for a, b in zip(per_seed["mdm", "reverse_acc"], per_seed["arm", "reverse_acc"])])
+    assert c.evidence["mdm_minus_arm_rope"] == pytest.approx(mean, abs=1e-12) and c.evidence["mdm_minus_arm_rope_n"] == n
+    got_lo, got_hi = c.evidence["mdm_minus_arm_rope_ci95"]
+    assert (got_lo, got_hi) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12)) or lo != lo
+    assert lo <= c.evidence["mdm_minus_arm_rope"] <= hi or lo != lo
+    learned = all(min(per_seed[k, "forward_acc"]) >= learned_level(real["chance"]) for k in ("mdm", "arm"))
+    want = verdict_from_interval(lo, hi) if learned else precondition_failed()
+    assert (c.verdict, c.reason) == (want.verdict, want.reason) and c.holds == (lo > 0)
     with pytest.raises(ConfigError, match="n_facts"):
         RealDataPreset(n_facts=31).validate()
 
