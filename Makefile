@@ -24,7 +24,7 @@ setup: $(BIN)/.installed
 lock:
 	$(PY) -m venv .venv-lock
 	.venv-lock/bin/pip install -q pip-tools
-	.venv-lock/bin/pip-compile -q --extra dev --extra eval --allow-unsafe --strip-extras --upgrade \
+	.venv-lock/bin/pip-compile -q --extra dev --extra eval --extra tl --allow-unsafe --strip-extras --upgrade \
 	  --no-emit-index-url --no-emit-find-links -c requirements/pins.txt -o $(LOCK) pyproject.toml
 
 # The newest releases of everything (no lock, no pins) in a separate venv: shows upstream

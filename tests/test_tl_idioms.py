@@ -3,9 +3,10 @@ bwd_hooks=...), TransformerLens hook names, to_tokens / to_str_tokens / to_strin
 tokenizer, and the weight views W_E, W_U, W_Q ... with TransformerLens's shapes.
 
 The weight views are checked against a float64 plain-loop reference of TransformerLens's documented
-conventions (``q[h] = ln1(resid_pre) @ W_Q[l, h] + b_Q[l, h]`` ...) on every run.  When TransformerLens
-itself is importable (it is not a dependency of dlmlab; 3.x, which still has HookedTransformer), the last
-test also builds a HookedTransformer from the views and compares logits, caches and hooked runs.
+conventions (``q[h] = ln1(resid_pre) @ W_Q[l, h] + b_Q[l, h]`` ...) on every run.  The last test builds
+TransformerLens's own HookedTransformer from the views and compares logits, caches and hooked runs: TransformerLens
+3.9 (the last release with HookedTransformer) is the ``tl`` extra, in the lock, so `make setup` and CI install it
+and the test runs there (it fails, not skips, when TransformerLens is missing).
 """
 
 from __future__ import annotations
@@ -188,15 +189,14 @@ def test_weight_views_refuse_what_a_model_lacks():
     assert list(c) == ["blocks.0.resid_post"]
 
 
+@pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_against_transformer_lens_on_identical_weights(positions):
     """A HookedTransformer given dlmlab's weight views computes the same logits, activations and hooked runs
     (learned positions, and rotary ones: TransformerLens's default rotary convention is dlmlab's)."""
-    tl = pytest.importorskip("transformer_lens", reason="TransformerLens is not installed (not a dlmlab dependency)")
-    try:
-        tl.HookedTransformer
-    except (AttributeError, ImportError):
-        pytest.skip("this TransformerLens has no HookedTransformer (removed in 4.0)")
+    import transformer_lens as tl  # the `tl` extra (in the lock): a missing install fails here, it does not skip
+
+    assert hasattr(tl, "HookedTransformer"), "TransformerLens 3.x is needed (4.0 removed HookedTransformer)"
     m, x = _tf(positions=positions).double(), _tokens()
     rotary = {"positional_embedding_type": "rotary", "rotary_dim": 4, "rotary_base": 10000} \
         if positions == "rope" else {}
