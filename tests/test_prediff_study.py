@@ -43,6 +43,7 @@ def test_smoke_end_to_end(tmp_path):
     assert (tmp_path / "backbone" / "config.json").exists() and (tmp_path / "backbone" / "tokenizer.json").exists()
     for m in r["methods"].values():
         assert m["val_ppl"] > 1 and m["curve"][0]["step"] == 0
+    _check_smoke_numbers(data)
     assert {"prediff@8", "prediff@32", "ar_control"} <= set(r["samples"]) and r["speed"]["prediff@8"]["prompt_kv_reused"]
     for f in data["figures"]:
         assert (tmp_path / f["path"]).exists()
@@ -54,6 +55,67 @@ def test_smoke_end_to_end(tmp_path):
     assert all(len(v) >= 2 for v in by_prompt.values())
     report = (tmp_path / "report.md").read_text()
     assert "Main results" in report and "few_step_sampling_faster_than_ar" in report
+
+
+def _check_smoke_numbers(data: dict) -> None:
+    """Every reported held-out number and interval equals its recomputation (plain float64 loops, a Student-t
+    interval) from the run's own per-(seed, window) NLLs and curves, and each precondition failure quotes and
+    follows from those numbers."""
+    import math
+    import re
+
+    from value_util import same, t_interval
+
+    r = data["results"]
+    pw, seeds, windows = r["per_window_nll"], r["seeds"], r["eval_windows"]
+    assert set(pw) == set(r["methods"]) and all(len(pw[m]) == len(seeds) for m in pw)
+    seed_means = {m: [sum(row) / len(row) for row in rows] for m, rows in pw.items()}
+    for name, m in r["methods"].items():
+        assert all(len(row) == windows for row in pw[name])
+        mean, lo, hi, n = t_interval(seed_means[name])
+        assert same(m["val_nll_per_seed"], seed_means[name]) and (m["val_interval_n"], m["val_interval_unit"]) == (n, "seeds")
+        assert same([m["val_nll"], m["val_ppl"]], [mean, math.exp(mean)])
+        assert same(m["val_ppl_interval"], [math.exp(lo), math.exp(hi)])
+        for c in m["curves"] + [m["curve"]]:  # the curve points every curve_every steps up to the budget
+            assert [x["step"] for x in c] == list(range(0, r["budget"] + 1, data["config"]["curve_every"]))
+        assert same([x["ppl"] for x in m["curve"]], [sum(c[i]["ppl"] for c in m["curves"]) / len(m["curves"])
+                                                    for i in range(len(m["curve"]))])
+    # every paired comparison: the per-seed mean of (a - b) over the same windows, and its t-interval over seeds
+    for key, c in r["comparisons"].items():
+        if "per_seed" not in c or c.get("n_windows") != windows:
+            continue
+        diff = [sum(x - y for x, y in zip(ra, rb)) / windows for ra, rb in zip(pw[c["a"]], pw[c["b"]])]
+        mean, lo, hi, n = t_interval(diff)
+        assert same([c["mean"], c["lo"], c["hi"], c["n"]], [mean, lo, hi, n]) and same(c["per_seed"], diff), key
+        assert c["holds"] == (hi < 0), key
+    # the threshold: exp of its NLL; each run's step is its first curve point at or below it (None: never)
+    th = r["threshold"]
+    assert th["ppl"] == pytest.approx(math.exp(th["nll"]), rel=1e-12)
+    for name, m in r["methods"].items():
+        want = [next((x["step"] for x in c if x["ppl"] <= th["ppl"]), None) for c in m["curves"]]
+        assert th["steps"][name] == want, name
+        assert th["reached"][name] == f"{sum(s is not None for s in want)}/{len(want)}"
+    # the claims: their intervals are the comparisons', and every "<method> NLL - context-free U = mean [lo, hi]"
+    # precondition quotes t_interval(per-seed NLL - U) and fails because that interval is not below 0
+    unigram = r["data"]["unigram_nll"]
+    pat = re.compile(r"(\w+) NLL - context-free ([\d.]+) = (-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\] \(n=(\d+) seeds, t\)"
+                     r", not < 0")
+    by_pair = {(c["a"], c["b"]): c for c in r["comparisons"].values() if "per_seed" in c}
+    for c in data["claims"]:
+        for ev in c["evidence"].values():
+            if isinstance(ev, dict) and (ev.get("a"), ev.get("b")) in by_pair and ev.get("windows") == windows:
+                cmp_ = by_pair[ev["a"], ev["b"]]
+                assert same([ev["mean_difference"], *ev["interval_95"], ev["n"]],
+                            [cmp_["mean"], cmp_["lo"], cmp_["hi"], cmp_["n"]]), c["id"]
+        found = pat.findall(c["detail"])
+        assert bool(found) == (c["reason"] == "precondition"), (c["id"], c["detail"])
+        for name, u, mean_s, lo_s, hi_s, n_s in found:
+            mean, lo, hi, n = t_interval([x - unigram for x in seed_means[name]])
+            assert (u, mean_s, lo_s, hi_s, int(n_s)) == (f"{unigram:.3f}", f"{mean:.3f}", f"{lo:.3f}", f"{hi:.3f}", n)
+            assert not hi < 0, (c["id"], name)
+    speed = next(c for c in data["claims"] if c["id"] == "few_step_sampling_faster_than_ar")["evidence"]
+    assert speed["speedup_of_medians"] == pytest.approx(
+        speed["diffusion_8_steps_tokens_per_s"] / speed["ar_kv_cached_tokens_per_s"], rel=1e-12)
 
 
 def _timed(tokens_per_s: float, rounds: int = 5, interleaved: bool = True) -> dict:
