@@ -104,14 +104,14 @@ def decoders(bb, model, gen_len: int) -> dict:
         "AR (KV cache)": ar,
         BASELINE: old(32),
         "diffusion 8 steps": old(8),
-        "threshold 0.9 (prompt cache, exact)": new(threshold=0.9, cache="prompt"),
-        "threshold 0.9, block 16 (prefix, exact)": new(threshold=0.9, block_len=16, cache="prefix"),
-        "threshold 0.9, block 16 (dual, approx)": new(threshold=0.9, block_len=16, cache="dual"),
-        "threshold 0.5, block 16 (dual, approx)": new(threshold=0.5, block_len=16, cache="dual"),
-        "threshold 0.3, block 16 (dual, approx)": new(threshold=0.3, block_len=16, cache="dual"),
-        "factor 1.0, block 16 (prefix, exact)": new(factor=1.0, block_len=16, cache="prefix"),
-        "12 steps, block 16 (prefix, exact)": new(steps=12, block_len=16, cache="prefix"),
-        "12 steps, block 16 (dual, approx)": new(steps=12, block_len=16, cache="dual"),
+        "threshold 0.9 (prompt cache, exact)": new(threshold=0.9, kv_reuse="prompt"),
+        "threshold 0.9, block 16 (prefix, exact)": new(threshold=0.9, block_len=16, kv_reuse="prefix"),
+        "threshold 0.9, block 16 (dual, approx)": new(threshold=0.9, block_len=16, kv_reuse="dual"),
+        "threshold 0.5, block 16 (dual, approx)": new(threshold=0.5, block_len=16, kv_reuse="dual"),
+        "threshold 0.3, block 16 (dual, approx)": new(threshold=0.3, block_len=16, kv_reuse="dual"),
+        "factor 1.0, block 16 (prefix, exact)": new(factor=1.0, block_len=16, kv_reuse="prefix"),
+        "12 steps, block 16 (prefix, exact)": new(steps=12, block_len=16, kv_reuse="prefix"),
+        "12 steps, block 16 (dual, approx)": new(steps=12, block_len=16, kv_reuse="dual"),
     }
 
 
@@ -277,7 +277,7 @@ def row_forwards(when: torch.Tensor, out: torch.Tensor, end: int, res) -> torch.
     distinct steps at which it committed (plus the prompt's own forward when an exact prompt cache ran one)."""
     upto = torch.arange(out.shape[1])[None] < tokens_to_end(out, end)[:, None]
     last = when.masked_fill(~upto, -1).max(1).values
-    extra = 1 if res.cache == "prompt" and res.exactness == "exact" else 0
+    extra = 1 if res.kv_reuse == "prompt" and res.exactness == "exact" else 0
     return torch.tensor([len(set(w[w <= t].tolist())) + extra for w, t in zip(when, last)])
 
 
@@ -310,20 +310,20 @@ def task_decoders(ar_model, mdlm_model, voc: CompletionVocab, L: int, specs: dic
 
 
 INDUCTION = {
-    "threshold 0.9 (no cache, exact)": dict(threshold=0.9, cache="none"),
-    "threshold 0.5 (no cache, exact)": dict(threshold=0.5, cache="none"),
-    "factor 1.0 (no cache, exact)": dict(factor=1.0, cache="none"),
-    "threshold 0.9, block 8 (dual, approx)": dict(threshold=0.9, block_len=8, cache="dual"),
-    "1 step (no cache, exact)": dict(steps=1, cache="none"),
+    "threshold 0.9 (no cache, exact)": dict(threshold=0.9, kv_reuse="none"),
+    "threshold 0.5 (no cache, exact)": dict(threshold=0.5, kv_reuse="none"),
+    "factor 1.0 (no cache, exact)": dict(factor=1.0, kv_reuse="none"),
+    "threshold 0.9, block 8 (dual, approx)": dict(threshold=0.9, block_len=8, kv_reuse="dual"),
+    "1 step (no cache, exact)": dict(steps=1, kv_reuse="none"),
 }
 
 
 def sorting_specs(L: int) -> dict:
     """Thresholds, fixed step counts from one token per step (L: the target length) to all in one step, and
     one token per step left to right (blocks of 1: the AR model's order)."""
-    return {**{f"threshold {th:g}": dict(threshold=th, cache="none") for th in (0.99, 0.9, 0.7, 0.5, 0.3)},
-            **{f"{k} step{'s' if k > 1 else ''}": dict(steps=k, cache="none") for k in (L, 4, 2, 1)},
-            "left to right (block 1)": dict(steps=L, block_len=1, cache="none")}
+    return {**{f"threshold {th:g}": dict(threshold=th, kv_reuse="none") for th in (0.99, 0.9, 0.7, 0.5, 0.3)},
+            **{f"{k} step{'s' if k > 1 else ''}": dict(steps=k, kv_reuse="none") for k in (L, 4, 2, 1)},
+            "left to right (block 1)": dict(steps=L, block_len=1, kv_reuse="none")}
 
 
 def task_accuracy(fns: dict, prompts: torch.Tensor, targets: torch.Tensor, end: int, batch: int = 64) -> dict:
@@ -524,7 +524,7 @@ def run_text(args) -> dict:
         for k in fns:
             rows.append({"batch": B, "name": k, **sp[k], "rel": sp[k]["tps"] / ar, **qual[k]})
     dev = cache_deviation(model, torch.cat([prompts[:16], torch.full((16, L), model.mask_id)], 1), P,
-                          DecodeConfig(threshold=0.9, block_len=16, cache="dual", top_p=0.95),
+                          DecodeConfig(threshold=0.9, block_len=16, kv_reuse="dual", top_p=0.95),
                           torch.Generator().manual_seed(0))
     base = qual[BASELINE]["gen_ppl"]
     ok, verdicts = True, []

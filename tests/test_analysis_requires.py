@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from dlmlab.analysis import ablation, circuits, head_sets, heads, induction, timestep
-from dlmlab.analysis.attention_correlation import score_correlation
-from dlmlab.analysis.gradient_alignment import parameter_gradient_cosine, per_query_gradient_cosine, storage_modules
+from dlmlab.studies.reversal.attention_correlation import score_correlation
+from dlmlab.studies.reversal.gradient_alignment import (parameter_gradient_cosine, per_query_gradient_cosine,
+                                                        storage_modules)
 from dlmlab.analysis.layers import residual_layers
 from dlmlab.analysis.requires import LayerOutOfRange, UnsupportedModel, require_hooks
-from dlmlab.analysis.reversal import query_eval
-from dlmlab.analysis.storage_routing import attention_scores, storage_matrix, storage_routing
+from dlmlab.studies.reversal.queries import query_eval
+from dlmlab.studies.reversal.storage_routing import attention_scores, storage_matrix, storage_routing
 from dlmlab.errors import UserError, user_message
 from dlmlab.interp.hooks import HookedModule, HookPoint
 from dlmlab.models.factory import build_model

@@ -83,7 +83,7 @@ def test_row_forwards_count_distinct_commit_steps_up_to_the_end():
     E = VOC.end
 
     class Res:
-        cache, exactness = "none", "exact"
+        kv_reuse, exactness = "none", "exact"
 
     when = torch.tensor([[0, 0, 1, 3], [2, 0, 2, 2]])  # commit step of each generated position
     out = torch.tensor([[1, 2, E, 4], [1, 1, 1, E]])  # row 0 ends at position 2: steps {0, 1}; row 1: {0, 2}
@@ -101,7 +101,7 @@ def test_task_decoders_count_forwards_per_row():
     ar = Transformer(TransformerConfig(vocab_size=VOC.model_vocab, d_model=16, n_layers=1, n_heads=2,
                                        max_seq_len=16)).eval()
     prompt, _ = induction_pairs(3, 4, VOC, torch.Generator().manual_seed(0))
-    specs = {"t": dict(threshold=0.9, cache="none"), "s": dict(steps=2, cache="none")}
+    specs = {"t": dict(threshold=0.9, kv_reuse="none"), "s": dict(steps=2, kv_reuse="none")}
     fns = bench.task_decoders(ar, dm, VOC, 5, specs)
     out, calls, per_row = fns["t"](prompt, track=True)
     assert out.shape == (3, 5) and (per_row <= calls).all() and (per_row >= 1).all()

@@ -14,8 +14,8 @@ from conftest import tiny_transformer
 from dlmlab.analysis import ablation, fold
 from dlmlab.analysis.direction_ablation import project_out
 from dlmlab.analysis.heads import attention_patterns
-from dlmlab.analysis.reversal import query_log_probs
-from dlmlab.analysis.storage_routing import attention_scores, storage_routing
+from dlmlab.studies.reversal.queries import query_log_probs
+from dlmlab.studies.reversal.storage_routing import attention_scores, storage_routing
 from dlmlab.models.mamba2 import GatedRMSNorm
 from dlmlab.models.norm import RMSNorm
 from dlmlab.models.positions import rope_cos_sin

@@ -151,8 +151,8 @@ def test_truncated_checkpoint_suggests_only_what_exists(runs, tmp_path, capsys):
 # --- AR sampling options, trained length -----------------------------------------------------------------
 def test_cache_on_ar_sampling_is_refused_and_long_gen_len_warns(runs, capsys):
     capsys.readouterr()
-    assert main(["sample", str(runs["ar"]), "--prompt", "Th", "--cache", "dual", "--no-progress"]) == 2
-    assert "--cache dual" in _err(capsys)
+    assert main(["sample", str(runs["ar"]), "--prompt", "Th", "--kv-reuse", "dual", "--no-progress"]) == 2
+    assert "--kv-reuse dual" in _err(capsys)
     assert main(["sample", str(runs["ar"]), "--prompt", "Th", "--gen-len", "20", "--no-progress"]) == 0
     assert "longer than the 16-token windows" in capsys.readouterr().err
     assert main(["sample", str(runs["mdlm"]), "--gen-len", "20", "--no-progress"]) == 0

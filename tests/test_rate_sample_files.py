@@ -12,7 +12,7 @@ from run_util import write_corpus
 def _sample_rows(prompt_texts, config):
     """Lines as `dlmlab sample --out` writes them (cli/sample_cmd.py)."""
     return [{"index": i, "prompt": p, "text": t, "full": p + t, "filled_ids": [1, 2], "steps": 4, "forwards": 4,
-             "cache": "none", "exactness": "exact", "config": config} for i, (p, t) in enumerate(prompt_texts)]
+             "kv_reuse": "none", "exactness": "exact", "config": config} for i, (p, t) in enumerate(prompt_texts)]
 
 
 def _write_jsonl(path, rows):
@@ -24,7 +24,7 @@ def test_rate_accepts_sample_out_files(tmp_path, capsys):
     from dlmlab.rating import all_pairs, load_samples
     from dlmlab.rating.server import RatingApp
 
-    base = {"steps": 64, "order": "confidence", "threshold": None, "cache": "none"}
+    base = {"steps": 64, "order": "confidence", "threshold": None, "kv_reuse": "none"}
     a = _write_jsonl(tmp_path / "conf.jsonl", _sample_rows([("ROMEO:", " o"), ("JULIET:", " ay")], base))
     b = _write_jsonl(tmp_path / "rand.jsonl", _sample_rows([("ROMEO:", " no"), ("JULIET:", " me")],
                                                            dict(base, order="random")))

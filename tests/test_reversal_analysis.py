@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from dlmlab.analysis.attention_correlation import pearson, score_correlation
-from dlmlab.analysis.gradient_alignment import (parameter_gradient_cosine, storage_column_gradient,
-                                                storage_gradient_cosine)
-from dlmlab.analysis.reversal import query_eval, query_loss
-from dlmlab.analysis.storage_routing import attention_scores, storage_matrix, storage_routing
+from dlmlab.studies.reversal.attention_correlation import pearson, score_correlation
+from dlmlab.studies.reversal.gradient_alignment import (parameter_gradient_cosine, storage_column_gradient,
+                                                        storage_gradient_cosine)
+from dlmlab.studies.reversal.queries import query_eval, query_loss
+from dlmlab.studies.reversal.storage_routing import attention_scores, storage_matrix, storage_routing
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.tasks.relations import Queries, RelationTaskConfig, SyntheticRelations
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlmlab.analysis.gradient_alignment import storage_gradient_cosine
-from dlmlab.analysis.reversal import query_eval
-from dlmlab.analysis.storage_routing import storage_routing
+from dlmlab.studies.reversal.gradient_alignment import storage_gradient_cosine
+from dlmlab.studies.reversal.queries import query_eval
+from dlmlab.studies.reversal.storage_routing import storage_routing
 from dlmlab.config import ConfigError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.studies.reversal.presets import ReversalPreset, fixed_pair_task

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from dlmlab.analysis import attention_correlation as ac
-from dlmlab.analysis.gradient_alignment import per_query_gradient_cosine, per_query_gradients, storage_modules
-from dlmlab.analysis.reversal import query_loss
+from dlmlab.studies.reversal import attention_correlation as ac
+from dlmlab.studies.reversal.gradient_alignment import per_query_gradient_cosine, per_query_gradients, storage_modules
+from dlmlab.studies.reversal.queries import query_loss
 from dlmlab.config import ConfigError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.report.intervals import mean_ci, paired_diff_ci

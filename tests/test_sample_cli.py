@@ -24,10 +24,10 @@ def test_prompted_samples_as_text_and_jsonl(run_dir, tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "s.jsonl"
     assert main(["sample", str(run_dir), "--prompt", "The ", "--gen-len", "10", "--num-samples", "3",
-                 "--batch-size", "2", "--threshold", "0.5", "--block-len", "4", "--cache", "prefix",
+                 "--batch-size", "2", "--threshold", "0.5", "--block-len", "4", "--kv-reuse", "prefix",
                  "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("--- sample") == 3 == printed.count("(approximate: cache prefix) ---")
+    assert printed.count("--- sample") == 3 == printed.count("(approximate: kv_reuse prefix) ---")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in rows] == [0, 1, 2]
     for r in rows:
@@ -65,7 +65,7 @@ def test_bad_input_is_a_one_line_error(run_dir, tmp_path, capsys):
 
 def test_ancestral_rule_follows_the_chosen_noise_schedule(run_dir, capsys):
     capsys.readouterr()
-    args = ["sample", str(run_dir), "--gen-len", "8", "--format", "jsonl", "--no-progress", "--schedule", "ancestral",
+    args = ["sample", str(run_dir), "--gen-len", "8", "--format", "jsonl", "--no-progress", "--unmask-rule", "ancestral",
             "--steps", "6"]
     assert main(args + ["--noise", "cosine"]) == 0
     r = json.loads(capsys.readouterr().out.strip())
@@ -94,8 +94,8 @@ def test_a_causal_family_trained_with_mdlm_samples_through_dlmlab_load(tmp_path,
     assert main(["sample", str(run), "--infill", "The [MASK:3] sat", "--format", "jsonl", "--no-progress"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["full"].startswith("The ") and r["full"].endswith(" sat") and len(r["filled_ids"]) == 3
-    assert main(["sample", str(run), "--cache", "prefix", "--no-progress"]) == 2  # no KV cache
-    assert "cache='none'" in capsys.readouterr().err
+    assert main(["sample", str(run), "--kv-reuse", "prefix", "--no-progress"]) == 2  # no KV cache
+    assert "kv_reuse='none'" in capsys.readouterr().err
 
 
 # ---- ids the tokenizer cannot decode (a vocabulary with reserved ids above the tokenizer's, as in the induction study)

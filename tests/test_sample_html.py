@@ -51,7 +51,7 @@ def test_html_page_holds_the_trajectory_step_by_step(mdlm_run, page):
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r'(src|href)="(https?:)?//', text) and "url(" not in text and "@import" not in text
-    assert "cache: none (exact)" in text
+    assert "kv_reuse: none (exact)" in text
     data = _page_data(text)
     res, P = _expected(mdlm_run, 10, 5, 2, n=2)
     assert data["prompt_len"] == P and len(data["samples"]) == 2

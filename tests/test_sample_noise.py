@@ -52,7 +52,7 @@ def test_decode_config_noise_is_a_schedule_object():
     s = CosineSchedule(eps=0.02)
     assert DecodeConfig(noise=s).noise is s  # kept as given, fields included
     assert DecodeConfig(noise={"name": "loglinear", "eps": 0.01}).noise == LogLinearSchedule(eps=0.01)
-    cfg = DecodeConfig(schedule="ancestral", noise=LogLinearSchedule(eps=0.01))
+    cfg = DecodeConfig(unmask_rule="ancestral", noise=LogLinearSchedule(eps=0.01))
     data = cfg.to_data()
     assert data["noise"] == {"name": "loglinear", "eps": 0.01, "t_lo": 0.001}
     assert json.loads(json.dumps(data)) == data and DecodeConfig(**data) == cfg  # JSON-ready, reads back
@@ -81,7 +81,7 @@ def _canvas(rows=3, prompt=2, gen=8, mask=11):
 
 def test_the_ancestral_rule_uses_the_object_it_is_given(used):
     m, sched = _model(), LogLinearSchedule(eps=0.01)
-    decode(m, _canvas(), 2, DecodeConfig(steps=5, schedule="ancestral", noise=sched), torch.Generator().manual_seed(0),
+    decode(m, _canvas(), 2, DecodeConfig(steps=5, unmask_rule="ancestral", noise=sched), torch.Generator().manual_seed(0),
            mask_id=11)
     assert used and all(s is sched for s in used)
 
@@ -89,7 +89,7 @@ def test_the_ancestral_rule_uses_the_object_it_is_given(used):
         def reveal_prob(self, step: int, steps: int) -> float:
             return 1.0
 
-    res = decode(m, _canvas(), 2, DecodeConfig(steps=5, schedule="ancestral", noise=AllAtOnce()),
+    res = decode(m, _canvas(), 2, DecodeConfig(steps=5, unmask_rule="ancestral", noise=AllAtOnce()),
                  torch.Generator().manual_seed(0), mask_id=11, record=True)
     assert res.trajectory[0].committed.sum().item() == 3 * 8  # every masked position in step one
 
@@ -99,7 +99,7 @@ def test_default_schedule_outputs_are_unchanged_by_name_or_object():
     outs = []
     for noise in (None, "linear", LinearSchedule(), {"name": "linear"}):
         kw = {} if noise is None else {"noise": noise}
-        cfg = DecodeConfig(steps=6, schedule="ancestral", order="random", **kw)
+        cfg = DecodeConfig(steps=6, unmask_rule="ancestral", order="random", **kw)
         outs.append(decode(m, _canvas(), 2, cfg, torch.Generator().manual_seed(3), mask_id=11).tokens)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
@@ -107,7 +107,7 @@ def test_default_schedule_outputs_are_unchanged_by_name_or_object():
 # ------------------------------------------------------------------------------------- dlmlab sample
 def test_sample_passes_the_trained_schedule_with_its_fields(loglinear_run, used, capsys):
     capsys.readouterr()
-    args = ["sample", str(loglinear_run), "--gen-len", "6", "--steps", "4", "--schedule", "ancestral",
+    args = ["sample", str(loglinear_run), "--gen-len", "6", "--steps", "4", "--unmask-rule", "ancestral",
             "--format", "jsonl", "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr()

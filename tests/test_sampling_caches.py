@@ -6,7 +6,7 @@ import torch
 from dlmlab.config import ConfigError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.prediff import PreDiffLM
-from dlmlab.sampling import DecodeConfig, TraceConfig, cache_exactness, generate
+from dlmlab.sampling import DecodeConfig, TraceConfig, generate, kv_reuse_exactness
 from dlmlab.sampling.deviation import cache_deviation
 
 V = 40
@@ -31,7 +31,7 @@ def mdlm(seed=0, positions="rope"):
 
 def run(model, cache, mask_id=None, **kw):
     prompt = torch.randint(0, V - 1, (3, 6), generator=torch.Generator().manual_seed(1))
-    cfg = DecodeConfig(steps=12, temperature=0.9, top_p=0.95, cache=cache, **kw)
+    cfg = DecodeConfig(steps=12, temperature=0.9, top_p=0.95, kv_reuse=cache, **kw)
     return generate(model, prompt, 20, cfg, torch.Generator().manual_seed(5), mask_id=mask_id,
                     trace=TraceConfig(logits=True), record=True)
 
@@ -67,26 +67,26 @@ def test_block_causal_caches_are_exact(cache, which):
 @pytest.mark.parametrize("cache", ["prompt", "prefix", "dual"])
 def test_bidirectional_caches_are_approximate_and_their_deviation_is_measured(cache):
     m = mdlm()
-    assert cache_exactness(cache, "model", prompt_causal=False) == "approximate"
+    assert kv_reuse_exactness(cache, "model", prompt_causal=False) == "approximate"
     prompt = torch.randint(0, V - 1, (2, 6), generator=torch.Generator().manual_seed(1))
     canvas = torch.cat([prompt, torch.full((2, 16), V)], 1)
-    cfg = DecodeConfig(steps=16, cache=cache, block_len=8, temperature=0.0)
+    cfg = DecodeConfig(steps=16, kv_reuse=cache, block_len=8, temperature=0.0)
     dev = cache_deviation(m, canvas, 6, cfg, mask_id=V)
     print(cache, dev)
     assert dev["steps"] == 16 and dev["max_abs"] > 1e-8  # stale keys/values change the logits ...
-    exact = cache_deviation(m, canvas, 6, DecodeConfig(steps=16, cache="none", block_len=8, temperature=0.0), mask_id=V)
+    exact = cache_deviation(m, canvas, 6, DecodeConfig(steps=16, kv_reuse="none", block_len=8, temperature=0.0), mask_id=V)
     assert exact["max_abs"] < 1e-10 and exact["top1_agree"] == 1.0  # ... recomputation does not
     # refreshing at every step makes the approximate cache exact again
-    every = cache_deviation(m, canvas, 6, DecodeConfig(steps=16, cache=cache, block_len=8, temperature=0.0,
+    every = cache_deviation(m, canvas, 6, DecodeConfig(steps=16, kv_reuse=cache, block_len=8, temperature=0.0,
                                                        refresh_every=1), mask_id=V)
     assert every["max_abs"] < 1e-10
 
 
 def test_exactness_labels():
-    assert cache_exactness("none", "model", False) == "exact"
-    assert cache_exactness("prefix", "model", True) == "exact"
-    assert cache_exactness("dual", "model", True) == "approximate"
-    assert cache_exactness("dual", "block_causal", False) == "exact"
+    assert kv_reuse_exactness("none", "model", False) == "exact"
+    assert kv_reuse_exactness("prefix", "model", True) == "exact"
+    assert kv_reuse_exactness("dual", "model", True) == "approximate"
+    assert kv_reuse_exactness("dual", "block_causal", False) == "exact"
 
 
 def test_reuse_of_unchanged_rows_skips_forwards_exactly():
@@ -96,7 +96,7 @@ def test_reuse_of_unchanged_rows_skips_forwards_exactly():
     canvas[1, 4:9] = 3  # row 1 has a single masked position: it finishes after one step and drops out
     from dlmlab.sampling import decode
 
-    a = decode(m, canvas, 4, DecodeConfig(steps=6, cache="none"), torch.Generator().manual_seed(0), mask_id=V)
+    a = decode(m, canvas, 4, DecodeConfig(steps=6, kv_reuse="none"), torch.Generator().manual_seed(0), mask_id=V)
     assert not (a.tokens == V).any()
     assert a.positions < a.forwards * 2 * 10  # later forwards ran row 0 only
 

@@ -70,7 +70,7 @@ def test_causal_models_are_refused():
 @pytest.mark.parametrize("schedule,order", [("cosine", "confidence"), ("ancestral", "random"), ("linear", "margin")])
 def test_a_plain_callable_decodes_like_the_toolkit_model(schedule, order):
     m = mdlm()
-    cfg = DecodeConfig(steps=5, schedule=schedule, order=order, cache="none", block_len=6, temperature=0.8)
+    cfg = DecodeConfig(steps=5, unmask_rule=schedule, order=order, kv_reuse="none", block_len=6, temperature=0.8)
     ref = gen(m, cfg, mask_id=MASK)
     got = gen(Plain(m), cfg, mask_id=MASK)
     assert torch.equal(ref.tokens, got.tokens) and not (got.tokens == MASK).any()
@@ -80,18 +80,18 @@ def test_a_plain_callable_decodes_like_the_toolkit_model(schedule, order):
 
 def test_a_plain_callable_refuses_caches_and_hooks_in_one_line():
     p = Plain(mdlm())
-    with pytest.raises(UserError, match="cache='none'") as e:
-        generate(p, prompt(), 4, DecodeConfig(cache="prompt"), mask_id=MASK)
+    with pytest.raises(UserError, match="kv_reuse='none'") as e:
+        generate(p, prompt(), 4, DecodeConfig(kv_reuse="prompt"), mask_id=MASK)
     assert "\n" not in str(e.value)
     with pytest.raises(UserError, match="attention"):
-        generate(p, prompt(), 4, DecodeConfig(cache="none", attention="block_causal"), mask_id=MASK)
+        generate(p, prompt(), 4, DecodeConfig(kv_reuse="none", attention="block_causal"), mask_id=MASK)
     with pytest.raises(UserError, match="hook"):
-        generate(p, prompt(), 4, DecodeConfig(cache="none"), mask_id=MASK, trace=TraceConfig(hooks=["blocks.0.resid_post"]))
+        generate(p, prompt(), 4, DecodeConfig(kv_reuse="none"), mask_id=MASK, trace=TraceConfig(hooks=["blocks.0.resid_post"]))
 
 
 def test_shifted_logits_decode_like_the_aligned_model():
     m = mdlm()
-    cfg = DecodeConfig(steps=6, cache="none", temperature=0.9)
+    cfg = DecodeConfig(steps=6, kv_reuse="none", temperature=0.9)
     ref = gen(m, cfg, mask_id=MASK)
     got = gen(Plain(m, shift=True), cfg, mask_id=MASK, shift_logits=True)
     assert torch.equal(ref.tokens, got.tokens)
@@ -105,8 +105,8 @@ def test_shifted_logits_decode_like_the_aligned_model():
 def test_shifted_toolkit_model_block_causal_caches_are_exact(cache):
     m = mdlm()
     kw = dict(steps=8, block_len=4, attention="block_causal", temperature=0.9)
-    ref = gen(m, DecodeConfig(cache="none", **kw), mask_id=MASK, shift_logits=True)
-    got = gen(m, DecodeConfig(cache=cache, **kw), mask_id=MASK, shift_logits=True)
+    ref = gen(m, DecodeConfig(kv_reuse="none", **kw), mask_id=MASK, shift_logits=True)
+    got = gen(m, DecodeConfig(kv_reuse=cache, **kw), mask_id=MASK, shift_logits=True)
     assert got.exactness == "exact"
     assert torch.equal(ref.tokens, got.tokens)
     for a, b in zip(ref.trajectory, got.trajectory):
@@ -149,7 +149,7 @@ def test_the_decoder_puts_a_training_model_in_eval_mode_and_leaves_an_eval_model
     calls = []
     real = m.eval
     m.eval = lambda: (calls.append(1), real())[1]
-    cfg = DecodeConfig(threshold=0.9, cache="none")
+    cfg = DecodeConfig(threshold=0.9, kv_reuse="none")
     a = generate(m, prompt(), 6, cfg, torch.Generator().manual_seed(0), mask_id=MASK).tokens
     assert calls == []  # already in eval mode
     m.blocks[0].train()  # one submodule training is enough to need eval()

@@ -48,7 +48,7 @@ def commit_order(model, cfg, rows=1, seed=0):
                                             ("entropy", [[1], [2], [3]])])
 def test_each_order_commits_in_its_own_sequence(order, expected):
     m = Fixed([[PAD, A, Bp, C]])
-    _, got = commit_order(m, DecodeConfig(steps=3, order=order, temperature=0.0, cache="none"))
+    _, got = commit_order(m, DecodeConfig(steps=3, order=order, temperature=0.0, kv_reuse="none"))
     assert got == expected
 
 
@@ -63,7 +63,7 @@ def test_order_scores_by_hand():
 
 def test_random_order_is_seeded_and_varies():
     m = Fixed([[PAD, A, Bp, C]])
-    cfg = DecodeConfig(steps=3, order="random", temperature=0.0, cache="none")
+    cfg = DecodeConfig(steps=3, order="random", temperature=0.0, kv_reuse="none")
     orders = {tuple(map(tuple, commit_order(m, cfg, seed=s)[1])) for s in range(12)}
     assert len(orders) > 1
     assert commit_order(m, cfg, seed=3)[1] == commit_order(m, cfg, seed=3)[1]
@@ -91,7 +91,7 @@ def test_threshold_rule_by_hand():
 def test_threshold_decoding_rows_progress_independently():
     sure, unsure = [0.95, 0.05, 0.0, 0.0], [0.5, 0.3, 0.2, 0.0]
     m = Fixed([[PAD, sure, sure, sure], [PAD, unsure, sure, unsure]])
-    res, _ = commit_order(m, DecodeConfig(order="confidence", threshold=0.9, temperature=0.0, cache="none"), rows=2)
+    res, _ = commit_order(m, DecodeConfig(order="confidence", threshold=0.9, temperature=0.0, kv_reuse="none"), rows=2)
     steps = [rec.committed.sum(1).tolist() for rec in res.trajectory]
     assert steps == [[3, 1], [0, 1], [0, 1]]  # row 0 commits everything at once, row 1 one by one
     assert m.calls == [2, 1, 1]  # the finished row drops out of later forwards
@@ -100,7 +100,7 @@ def test_threshold_decoding_rows_progress_independently():
 
 def test_ancestral_schedule_reuses_unchanged_outputs():
     m = Fixed([[PAD, A, Bp, C]])
-    res, _ = commit_order(m, DecodeConfig(steps=40, schedule="ancestral", order="random", cache="none"))
+    res, _ = commit_order(m, DecodeConfig(steps=40, unmask_rule="ancestral", order="random", kv_reuse="none"))
     assert res.steps <= 40
     assert res.forwards < res.steps  # steps that revealed nothing did not run the model again
     assert not (res.tokens == MASK).any()
@@ -113,5 +113,5 @@ def test_config_validation_names_the_field():
         DecodeConfig(order="entropy", threshold=0.9)
     with pytest.raises(ConfigError, match="block_len"):
         DecodeConfig(block_len=-1)
-    with pytest.raises(ConfigError, match="cache"):
-        DecodeConfig(cache="magic")
+    with pytest.raises(ConfigError, match="kv_reuse"):
+        DecodeConfig(kv_reuse="magic")

@@ -20,7 +20,7 @@ def test_trajectory_records_every_step(cache, block_len):
     prompt = torch.randint(0, 29, (2, 5), generator=torch.Generator().manual_seed(0))
     seen = []
     trace = TraceConfig(hooks=["blocks.1.resid_post", "blocks.0.attn.pattern"], steps=[0, 2])
-    res = generate(m, prompt, 8, DecodeConfig(steps=4, cache=cache, block_len=block_len),
+    res = generate(m, prompt, 8, DecodeConfig(steps=4, kv_reuse=cache, block_len=block_len),
                    torch.Generator().manual_seed(1), trace=trace, callback=seen.append, record=True)
     traj = res.trajectory
     assert seen == traj and [r.step for r in traj] == list(range(res.steps))
@@ -54,7 +54,7 @@ def test_trajectory_records_every_step(cache, block_len):
 def test_activations_match_a_separate_forward():
     m = model()
     prompt = torch.randint(0, 29, (1, 5), generator=torch.Generator().manual_seed(0))
-    res = generate(m, prompt, 6, DecodeConfig(steps=3, cache="none", self_cond=False),
+    res = generate(m, prompt, 6, DecodeConfig(steps=3, kv_reuse="none", self_cond=False),
                    torch.Generator().manual_seed(1), trace=TraceConfig(hooks=["blocks.0.resid_post"], steps=[1]),
                    record=True)
     act = res.trajectory[1].activations[0]

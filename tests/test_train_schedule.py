@@ -269,7 +269,7 @@ def test_eval_and_elbo_bound_use_the_trained_schedule(loglinear_run, capsys):
 def test_sample_noise_defaults_to_the_trained_schedule(tmp_path, capsys):
     run = tmp_path / "cos"
     assert main(["train", str(yaml_cfg(tmp_path, "cosine")), "--out", str(run)]) == 0
-    args = ["sample", str(run), "--gen-len", "6", "--format", "jsonl", "--no-progress", "--schedule", "ancestral",
+    args = ["sample", str(run), "--gen-len", "6", "--format", "jsonl", "--no-progress", "--unmask-rule", "ancestral",
             "--steps", "3"]
     capsys.readouterr()
     assert main(args) == 0
@@ -282,7 +282,7 @@ def test_sample_noise_defaults_to_the_trained_schedule(tmp_path, capsys):
 def test_sample_follows_the_trained_schedule_with_its_fields(loglinear_run, capsys):
     args = ["sample", str(loglinear_run), "--gen-len", "4", "--format", "jsonl", "--no-progress"]
     capsys.readouterr()
-    assert main(args + ["--schedule", "ancestral"]) == 0
+    assert main(args + ["--unmask-rule", "ancestral"]) == 0
     out = capsys.readouterr()  # the decoder takes the schedule object itself: eps 0.05 included, nothing to warn
     assert json.loads(out.out)["config"]["noise"] == {"name": "loglinear", "eps": 0.05, "t_lo": 0.001}
     assert out.err == ""

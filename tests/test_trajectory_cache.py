@@ -12,7 +12,7 @@ from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.models.factory import build_model
 from dlmlab.prediff import PreDiffLM
 from dlmlab.sampling import DecodeConfig, ModelDenoiser, generate
-from dlmlab.sampling.caches import block_causal_mask
+from dlmlab.sampling.kv_reuse import block_causal_mask
 from dlmlab.sampling.trajectory_cache import INDEX_BYTES, bytes_per_step, generate_with_cache, run_sampler_with_cache
 
 V, MASK, P, G = 30, 29, 5, 12
@@ -42,9 +42,9 @@ GOLDEN = {0: [[20, 3, 12, 7, 3, 16, 3, 18, 28, 6, 5, 27, 10, 28, 16, 12, 18],
               [1, 25, 19, 7, 7, 23, 4, 4, 10, 10, 13, 25, 5, 10, 0, 16, 23],
               [8, 24, 15, 23, 8, 21, 17, 5, 16, 28, 10, 20, 25, 28, 16, 18, 20]]}
 CFGS = [DecodeConfig(steps=6), DecodeConfig(threshold=0.05, block_len=4),
-        DecodeConfig(steps=8, schedule="ancestral", order="random"),
-        DecodeConfig(steps=6, block_len=4, cache="prefix", attention="block_causal"),
-        DecodeConfig(steps=6, cache="dual", block_len=4)]
+        DecodeConfig(steps=8, unmask_rule="ancestral", order="random"),
+        DecodeConfig(steps=6, block_len=4, kv_reuse="prefix", attention="block_causal"),
+        DecodeConfig(steps=6, kv_reuse="dual", block_len=4)]
 
 
 @pytest.mark.parametrize("i", range(len(CFGS)))
@@ -78,7 +78,7 @@ def test_cached_activation_equals_a_fresh_forward_at_every_step():
 
 def test_exact_block_causal_cache_matches_a_fresh_forward_where_computed_and_dual_is_labelled():
     m = _model()
-    cfg = DecodeConfig(steps=6, block_len=4, cache="prefix", attention="block_causal")
+    cfg = DecodeConfig(steps=6, block_len=4, kv_reuse="prefix", attention="block_causal")
     traj = generate_with_cache(m, _prompt(), G, cfg, _g(), mask_id=MASK, names_filter=[POINT])
     assert traj.exact
     N = P + G
@@ -91,7 +91,7 @@ def test_exact_block_causal_cache_matches_a_fresh_forward_where_computed_and_dua
         assert here.any() and torch.isnan(traj[POINT, s][~here]).all()
         torch.testing.assert_close(traj[POINT, s][here], c[POINT][here], atol=1e-5, rtol=1e-5)
     assert partial > 0  # the cached forwards ran only a window: absent elsewhere, and said so
-    dual = generate_with_cache(m, _prompt(), G, DecodeConfig(steps=6, cache="dual", block_len=4), _g(), mask_id=MASK,
+    dual = generate_with_cache(m, _prompt(), G, DecodeConfig(steps=6, kv_reuse="dual", block_len=4), _g(), mask_id=MASK,
                                names_filter=[POINT])
     assert not dual.exact and all(r.exact is False for r in dual.records)
 

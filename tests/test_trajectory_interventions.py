@@ -37,7 +37,7 @@ def _same(a, b) -> bool:
     return torch.equal(a.tokens, b.tokens) and torch.equal(a.entropy.nan_to_num(-1), b.entropy.nan_to_num(-1))
 
 
-@pytest.mark.parametrize("cfg", [DecodeConfig(steps=6), DecodeConfig(steps=6, block_len=4, cache="prefix",
+@pytest.mark.parametrize("cfg", [DecodeConfig(steps=6), DecodeConfig(steps=6, block_len=4, kv_reuse="prefix",
                                                                       attention="block_causal")])
 def test_an_intervention_at_step_s_changes_nothing_before_s(cfg):
     m = _model()

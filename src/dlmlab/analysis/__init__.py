@@ -1,16 +1,15 @@
-"""General analyses of dlmlab models: hooks' cache, probes, ablations, patching, head scores, folds.
+"""General analyses of dlmlab models: the activation cache, probes, ablations, patching, head scores, folds.
 
 The general names are importable from here::
 
     from dlmlab.analysis import probe_classification, ablate_mixers, patch_positions, fold_ln, ActivationCache
 
-Study-specific analyses are used as modules (``from dlmlab.analysis.induction import dlm_table``):
-:mod:`~dlmlab.analysis.layer_probes`, :mod:`~dlmlab.analysis.circuits`,
-:mod:`~dlmlab.analysis.head_sets`, :mod:`~dlmlab.analysis.direction_ablation`,
-:mod:`~dlmlab.analysis.induction`, :mod:`~dlmlab.analysis.reversal`,
-:mod:`~dlmlab.analysis.storage_routing`, :mod:`~dlmlab.analysis.attention_correlation`,
-:mod:`~dlmlab.analysis.gradient_alignment`, :mod:`~dlmlab.analysis.timestep`,
-:mod:`~dlmlab.analysis.emergence`.
+The more specialised analyses, each usable on a model of one's own, are used as modules
+(``from dlmlab.analysis.induction import dlm_table``): :mod:`~dlmlab.analysis.layer_probes`,
+:mod:`~dlmlab.analysis.circuits`, :mod:`~dlmlab.analysis.head_sets`, :mod:`~dlmlab.analysis.direction_ablation`,
+:mod:`~dlmlab.analysis.induction`, :mod:`~dlmlab.analysis.timestep`, :mod:`~dlmlab.analysis.emergence`.
+The analyses of one study's hypothesis live with that study (the reversal study's query evaluation,
+storage-routing split, gradient alignment and attention-score correlation in :mod:`dlmlab.studies.reversal`).
 
 Each analysis states what it needs of a model (the residual stream of :mod:`dlmlab.models.protocol`,
 which every family has, or attention heads) and raises a one-line

@@ -29,15 +29,15 @@ _PASS_THROUGH = ("torch", "contextlib", "functools")
 
 
 def public_name(analysis: str) -> str:
-    """The public analysis function the caller called: the outermost public function of a ``dlmlab.analysis``
-    module on the stack, above the function that states its needs (``previous_token_scores``, not the
-    ``diagonal_scores`` it calls), else ``analysis``.  Refusals name it, so that the message names what was
-    called."""
+    """The public analysis function the caller called: the outermost public function of an analysis module
+    (``dlmlab.analysis.*``, or a study's analysis module, which says so with ``ANALYSIS_MODULE = True``) on the
+    stack, above the function that states its needs (``previous_token_scores``, not the ``diagonal_scores`` it
+    calls), else ``analysis``.  Refusals name it, so that the message names what was called."""
     name = analysis
     frame = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module.startswith("dlmlab.analysis"):
+        if module.startswith("dlmlab.analysis") or frame.f_globals.get("ANALYSIS_MODULE") is True:
             fn = frame.f_code.co_name
             if module != __name__ and not fn.startswith(("_", "<")) and callable(frame.f_globals.get(fn)):
                 name = fn

@@ -2,8 +2,10 @@
 
 Objective mdlm (a ``dlmlab train`` / ``train()`` run or one of its checkpoints, any family, or a Hugging
 Face LLaDA / Dream folder): masked-diffusion decoding; its mask id and logit alignment (``shift_logits``,
-Dream) come with it.  The cache defaults to ``none`` (exact); an approximate one is used only when asked
-for, and every output row (and ``--html`` page) names the cache and whether it was exact.
+Dream) come with it.  KV reuse across steps (``--kv-reuse``) defaults to ``none`` (exact); approximate reuse
+happens only when asked for, and every output row (and ``--html`` page) names it and whether it was exact.
+``--unmask-rule`` (was ``--schedule``) and ``--kv-reuse`` (was ``--cache``): the old flags are refused
+with a one-line error naming the new one.
 
 The ``ancestral`` rule follows the noise schedule the model was trained with (``Loaded.noise``, the
 schedule object with its fields), or the one ``--noise NAME`` names (default fields).
@@ -35,9 +37,9 @@ RUN_OR_CHECKPOINT: anything dlmlab.load loads (a run folder, one of its checkpoi
 folder); --step N picks checkpoint N of a run folder.
 Masked-diffusion (mdlm) models: the mask id is the model's (the last vocabulary id of a dlmlab mdlm run).
 Infilling: --infill "text with [MASK:n] spans" (n masked tokens; [MASK] is one).  Without --prompt,
---prompt-file or --infill the samples are unconditional.  Caches (only toolkit Transformers take them):
-the default none is exact, and so are block_causal caches; prompt / prefix / dual on a fully
-bidirectional model are approximate (see docs/sampling.md).  Every JSONL row names its cache and
+--prompt-file or --infill the samples are unconditional.  --kv-reuse (only toolkit Transformers take it):
+the default none is exact, and so is any reuse with block_causal attention; prompt / prefix / dual on a
+fully bidirectional model are approximate (see docs/sampling.md).  Every JSONL row names its kv_reuse and
 exactness.  --html PAGE.html writes the denoising trajectory as a self-contained page (step slider,
 the positions committed at each step, their confidence, the text so far).
 AR models (objective ar, any family): --prompt or --prompt-file is needed; KV-cached when the model
@@ -45,16 +47,17 @@ takes a cache; --temperature and --top-p apply, the diffusion options do not.
 
 examples:
   dlmlab sample runs/mdlm --prompt "ROMEO:" --gen-len 64 --num-samples 4
-  dlmlab sample runs/mdlm --threshold 0.9 --block-len 16 --cache dual --out samples.jsonl
+  dlmlab sample runs/mdlm --threshold 0.9 --block-len 16 --kv-reuse dual --out samples.jsonl
   dlmlab sample runs/mdlm/checkpoints/step_0000300 --infill "To be, or [MASK:6] to be"
   dlmlab sample runs/mdlm --prompt "ROMEO:" --gen-len 32 --html trajectory.html
   dlmlab sample runs/ar --prompt "ROMEO:" --gen-len 64 --step 200
 """
 
+RENAMED_FLAGS = {"--schedule": "--unmask-rule", "--cache": "--kv-reuse"}  # old flag -> new
 MASK_SPAN = re.compile(r"\[MASK(?::(\d+))?\]")
 
 
-DESCRIPTION = ("sample text from a run: masked-diffusion decoding for an mdlm model (orders, blocks, caches, "
+DESCRIPTION = ("sample text from a run: masked-diffusion decoding for an mdlm model (orders, blocks, KV reuse, "
                "infilling, the trajectory page), left-to-right sampling for an AR model of any family")
 
 
@@ -74,16 +77,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DecodeConfig()
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--order", default=d.order, help="confidence | margin | entropy | random")
-    p.add_argument("--schedule", default=d.schedule, help="cosine | linear | ancestral")
+    p.add_argument("--unmask-rule", default=d.unmask_rule,
+                   help="how many positions each step commits: cosine | linear | ancestral (default "
+                        f"{d.unmask_rule}; MaskGIT's cosine count, not the cosine noise schedule)")
     p.add_argument("--noise", default=None, metavar="NAME",
-                   help="noise schedule of --schedule ancestral: linear | loglinear | cosine, default fields "
+                   help="noise schedule of --unmask-rule ancestral: linear | loglinear | cosine, default fields "
                         f"(default: the one the model was trained with, its fields included, else {d.noise.name})")
     p.add_argument("--threshold", type=float, help="threshold parallel decoding (e.g. 0.9)")
     p.add_argument("--factor", type=float, help="factor-based parallel decoding (e.g. 1.0)")
     p.add_argument("--block-len", type=int, default=d.block_len, help="semi-autoregressive blocks (0: one)")
     p.add_argument("--attention", default=d.attention, help="model | block_causal")
-    p.add_argument("--cache", default=d.cache,
-                   help=f"none | prompt | prefix | dual (default {d.cache}: exact; the others may be approximate)")
+    p.add_argument("--kv-reuse", default=d.kv_reuse,
+                   help=f"keys/values reused across steps: none | prompt | prefix | dual (default {d.kv_reuse}: "
+                        "exact; the others may be approximate)")
+    for old, new in RENAMED_FLAGS.items():  # refused with a one-line error naming the new flag (see run)
+        p.add_argument(old, dest=f"renamed_{old[2:]}", default=None, help=argparse.SUPPRESS)
     p.add_argument("--refresh-every", type=int, default=d.refresh_every)
     p.add_argument("--temperature", type=float, default=d.temperature)
     p.add_argument("--top-p", type=float, default=d.top_p)
@@ -234,13 +242,16 @@ def _warn_length(loaded, total: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlmlab import load
 
+    for old, new in RENAMED_FLAGS.items():
+        if getattr(args, f"renamed_{old[2:]}", None) is not None:
+            raise UserError(f"{old} was renamed {new}: use {new} {getattr(args, f'renamed_{old[2:]}')}")
     if args.num_samples < 1 or args.batch_size < 1:
         raise UserError("--num-samples and --batch-size must be >= 1")
     check_output_path(args.out, "--out")
     check_output_path(args.html, "--html")
-    cfg = DecodeConfig(steps=args.steps, order=args.order, schedule=args.schedule,
+    cfg = DecodeConfig(steps=args.steps, order=args.order, unmask_rule=args.unmask_rule,
                        noise=noise_schedule(args.noise, None), threshold=args.threshold, factor=args.factor,
-                       block_len=args.block_len, attention=args.attention, cache=args.cache,
+                       block_len=args.block_len, attention=args.attention, kv_reuse=args.kv_reuse,
                        refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
     loaded = load(args.run, step=args.step)
     page = None
@@ -255,8 +266,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "jsonl":
         print("\n".join(lines))
     else:
-        for r in rows:  # an approximate cache says so on every sample
-            label = f" (approximate: cache {r['cache']})" if r.get("exactness") == "approximate" else ""
+        for r in rows:  # approximate KV reuse says so on every sample
+            label = f" (approximate: kv_reuse {r['kv_reuse']})" if r.get("exactness") == "approximate" else ""
             print(f"--- sample {r['index']}{label} ---")
             print(r["full"])
     sys.stdout.flush()  # the samples are shown before any file is written
@@ -291,7 +302,7 @@ def _sample_diffusion(loaded, cfg: DecodeConfig, args) -> list[dict]:
                 filled = [t for t, c in zip(ids, canvas) if c == mask_id]
                 rows.append({"index": start + i, "prompt": prompt_text, "text": show_text(tok, ids[P:], mask_id),
                              "full": show_text(tok, ids, mask_id), "filled_ids": filled, "steps": res.steps,
-                             "forwards": res.forwards, "cache": res.cache, "exactness": res.exactness,
+                             "forwards": res.forwards, "kv_reuse": res.kv_reuse, "exactness": res.exactness,
                              "config": cfg.to_data()})
     page = (lambda: _write_html(args, records, first, P, mask_id, tok, cfg, lens)) if args.html else None
     return rows, page
@@ -344,8 +355,8 @@ def _sample_ar(loaded, args) -> list[dict]:
         raise UserError("--html shows a denoising trajectory; this is an AR model (sampled left to right)")
     if args.infill is not None:
         raise UserError(f"{args.run} holds an AR model, which cannot fill --infill spans; use --prompt")
-    if args.cache != DecodeConfig().cache:
-        raise UserError(f"--cache {args.cache} is a masked-diffusion decoding cache; {args.run} holds an AR model, "
+    if args.kv_reuse != DecodeConfig().kv_reuse:
+        raise UserError(f"--kv-reuse {args.kv_reuse} is masked-diffusion KV reuse; {args.run} holds an AR model, "
                         "which is KV-cached whenever it can be (no option needed)")
     if loaded.tokenizer is None:
         raise UserError(f"{args.run} has no tokenizer, so prompts cannot be encoded")

@@ -198,7 +198,7 @@ class DlmlabLM(TemplateLM):
             for s in range(0, len(idx), self.cfg.batch_size):
                 chunk = idx[s:s + self.cfg.batch_size]
                 prompt = torch.tensor([pairs[i][0] for i in chunk], dtype=torch.long, device=self._device)
-                dc = DecodeConfig(steps=n, schedule="linear", order="confidence", temperature=0.0)
+                dc = DecodeConfig(steps=n, unmask_rule="linear", order="confidence", temperature=0.0)
                 toks = generate(self.run.model, prompt, n, dc, mask_id=self.run.mask_id,
                                 shift_logits=self.run.shift_logits).tokens[:, prompt.shape[1]:].cpu()
                 for r, i in enumerate(chunk):

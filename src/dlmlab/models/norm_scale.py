@@ -7,7 +7,7 @@ parts of a residual stream map to parts of the norm's output);  :class:`FrozenSc
 whose scale is a constant (:func:`dlmlab.analysis.fold.freeze_norm_scales`).
 Used by the models' protocol methods (:class:`dlmlab.models.protocol.ProtocolMethods`, which
 :meth:`dlmlab.interp.activation_cache.ActivationCache.apply_ln_to_stack` calls), :mod:`dlmlab.analysis.fold` and
-:mod:`dlmlab.analysis.storage_routing`.
+:mod:`dlmlab.studies.reversal.storage_routing`.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ class PreDiffDenoiser(Denoiser):
     """A :class:`PreDiffLM` as a :class:`~dlmlab.sampling.denoiser.Denoiser`: time embedding from the mask rate,
     self-conditioning, hybrid (prompt-causal) or bidirectional attention, optional shift; hooks on the backbone."""
 
-    supports_cache = True
+    supports_kv_cache = True
 
     def __init__(self, model: PreDiffLM) -> None:
         self.model = model
@@ -201,14 +201,14 @@ class PreDiffDenoiser(Denoiser):
         self.uses_self_cond = bool(model.uses_self_cond)
         self.alibi = model.backbone.cfg.positions == "alibi"
 
-    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn=None, cache=None,
+    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn=None, kv_cache=None,
                  self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
-        return self.model(tokens, t, prompt_len=clean_len, attn_mask=attn, self_cond=self_cond, kv_cache=cache,
+        return self.model(tokens, t, prompt_len=clean_len, attn_mask=attn, self_cond=self_cond, kv_cache=kv_cache,
                           first_logits=first)
 
-    def encode_context(self, tokens: torch.Tensor, cache) -> torch.Tensor:
+    def encode_context(self, tokens: torch.Tensor, kv_cache) -> torch.Tensor:
         kind = "hybrid" if self.prompt_causal else "bidirectional"
-        return self.model.backbone(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=cache)[:, -1]
+        return self.model.backbone(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=kv_cache)[:, -1]
 
     def soft_prediction(self, logits: torch.Tensor) -> torch.Tensor:
         return self.model.soft_prediction(logits)

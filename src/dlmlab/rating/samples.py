@@ -91,12 +91,12 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # what tells two `dlmlab sample` records' methods apart (per-sample outcomes such as steps are not)
-_SAMPLE_CLI_FIELDS = ("objective", "family", "step", "cache", "config")
+_SAMPLE_CLI_FIELDS = ("objective", "family", "step", "kv_reuse", "cache", "config")  # cache: older files
 
 
 def sample_cli_methods(rows: list[tuple[str, dict]], several_files: bool) -> list[str]:
     """Method names for ``dlmlab sample`` records ``(file name, record)``: the decoding settings (``config``,
-    ``objective``, ``family``, ``step``, ``cache``) that every record has and whose values differ among them,
+    ``objective``, ``family``, ``step``, ``kv_reuse``) that every record has and whose values differ among them,
     as ``key=value`` joined by spaces; with several files the file name (without ``.jsonl``) comes first.  Records that
     differ in nothing get the file name, or ``sample`` for one file."""
     flats = [_flat({k: r[k] for k in _SAMPLE_CLI_FIELDS if k in r}) for _, r in rows]

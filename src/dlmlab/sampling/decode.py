@@ -3,7 +3,7 @@
 ``decode(model, canvas, prompt_len, cfg)`` fills every mask id at positions >= ``prompt_len`` of
 ``canvas`` [B,N] (generation: the prompt followed by masks; infilling: masks anywhere after the
 prompt).  The generated part is split into blocks of ``cfg.block_len`` decoded left to right; inside
-a block each step runs the model where needed (see :mod:`dlmlab.sampling.caches`), draws a token at
+a block each step runs the model where needed (see :mod:`dlmlab.sampling.kv_reuse`), draws a token at
 every masked position of the block, scores it (:mod:`dlmlab.sampling.orders`) and commits the best
 ``k`` (:mod:`dlmlab.sampling.schedules`).  Rows progress independently: a row whose block is done
 drops out of the forwards, and with the adaptive rules each row commits its own number per step.
@@ -23,7 +23,7 @@ import torch
 from dlmlab.config import ConfigError
 from dlmlab.errors import UserError
 from dlmlab.progress import bar
-from dlmlab.sampling.caches import SpanKV, block_causal_mask, cache_exactness, concat, rows, span
+from dlmlab.sampling.kv_reuse import SpanKV, block_causal_mask, concat, kv_reuse_exactness, rows, span
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.denoiser import Denoiser, as_denoiser
 from dlmlab.sampling.gumbel import draw, filtered_log_probs
@@ -48,7 +48,7 @@ def _commit_counts(cfg: DecodeConfig, S: torch.Tensor, plans: list[list[int]], j
         k = threshold_count(S.sort(1, descending=True).values, cfg.threshold)
     elif cfg.factor is not None:
         k = factor_count(S.sort(1, descending=True).values, cfg.factor)
-    elif cfg.schedule == "ancestral":
+    elif cfg.unmask_rule == "ancestral":
         k = ancestral_count(n_masked, j, steps_b, generator, cfg.noise)  # the schedule object (DecodeConfig.noise)
     else:
         k = torch.tensor([p[j] if j < len(p) else 10**9 for p in plans], device=S.device)
@@ -64,7 +64,7 @@ class _Run:
         self.interventions = interventions
         self.B, self.N = x.shape
         self.block_causal = cfg.attention == "block_causal"
-        self.exactness = cache_exactness(cfg.cache, cfg.attention, den.prompt_causal)
+        self.exactness = kv_reuse_exactness(cfg.kv_reuse, cfg.attention, den.prompt_causal)
         self.exact = self.exactness == "exact"
         self.ctx: list = []  # keys/values of positions [0, ctx_len)
         self.suffix: list = []
@@ -118,7 +118,7 @@ class _Run:
         if ws > 0 and self.first is not None:
             first = self.first if idx is None else self.first[idx]
         sc = self.self_cond(idx, ws, we)
-        call = lambda: self.den(tokens, clean_len=s, t=t, attn=attn, cache=cache, self_cond=sc, first=first)  # noqa: E731
+        call = lambda: self.den(tokens, clean_len=s, t=t, attn=attn, kv_cache=cache, self_cond=sc, first=first)  # noqa: E731
         firing = [iv for iv in self.interventions if iv.fires(step)] if self.interventions else None
         tracing = self.trace is not None and self.trace.wants(step)
         if firing or tracing:
@@ -158,9 +158,9 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     cfg = cfg or DecodeConfig()
     cfg.validate()
     den = as_denoiser(model, mask_id, shift_logits)
-    if not den.supports_cache and (cfg.cache != "none" or cfg.attention != "model"):
-        raise UserError(f"cache={cfg.cache!r} / attention={cfg.attention!r} need a model that takes a KV cache and "
-                        "attention masks (a toolkit Transformer); use cache='none', attention='model'")
+    if not den.supports_kv_cache and (cfg.kv_reuse != "none" or cfg.attention != "model"):
+        raise UserError(f"kv_reuse={cfg.kv_reuse!r} / attention={cfg.attention!r} need a model that takes a KV cache "
+                        "and attention masks (a toolkit Transformer); use kv_reuse='none', attention='model'")
     if trace is not None and trace.hooks and den.hooked is None:
         raise UserError("trace hooks need a model with hook points (a dlmlab HookedModule)")
     interventions = check_interventions(interventions, den.hooked)
@@ -175,8 +175,8 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
         raise ConfigError("a shifted (DiffuGPT-style) model needs a prompt of at least one token")
     if bool((canvas[:, :P] == M).any()):
         raise ValueError(f"prompt contains the mask token id {M}")
-    if cfg.cache == "dual" and den.alibi:
-        raise ConfigError("cache 'dual' does not support ALiBi positions (use 'prefix')")
+    if cfg.kv_reuse == "dual" and den.alibi:
+        raise ConfigError("kv_reuse 'dual' does not support ALiBi positions (use 'prefix')")
     den.eval()
     run = _Run(den, canvas.clone(), P, cfg, trace, interventions)
     x = run.x
@@ -185,7 +185,7 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     records: list[StepRecord] = []
     reuse_ok = cfg.reuse_unchanged and not run.use_sc
     pbar = bar(total=int((x[:, P:] == M).sum()), desc="decode", unit="tok", disable=not progress)
-    if cfg.cache == "prompt" and run.exact and P > 0:
+    if cfg.kv_reuse == "prompt" and run.exact and P > 0:
         kv = SpanKV()
         run.first = den.encode_context(x[:, :P], kv)
         run.ctx = kv.recorded()
@@ -196,8 +196,8 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     for bi, (s, e) in enumerate(blocks):
         ve = e if run.block_causal else N
         steps_b = max(1, round(cfg.steps * (e - s) / L))
-        plans = [] if cfg.schedule not in UNMASK_SCHEDULES else [
-            UNMASK_SCHEDULES[cfg.schedule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
+        plans = [] if cfg.unmask_rule not in UNMASK_SCHEDULES else [
+            UNMASK_SCHEDULES[cfg.unmask_rule](int(m), steps_b) if m > 0 else [] for m in (x[:, s:e] == M).sum(1)]
         run.new_block()
         fresh = torch.zeros(B, dtype=torch.bool)
         blk = None  # the block's latest logits [B, e-s, V]
@@ -255,22 +255,22 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
             step += 1
             j += 1
     pbar.close()
-    return DecodeResult(tokens=x, steps=step, forwards=run.forwards, positions=run.positions, cache=cfg.cache,
+    return DecodeResult(tokens=x, steps=step, forwards=run.forwards, positions=run.positions, kv_reuse=cfg.kv_reuse,
                         exactness=run.exactness, trajectory=records)
 
 
 def _step_forward(run: _Run, cfg: DecodeConfig, s: int, e: int, ve: int, j: int, step: int,
                   active: torch.Tensor, fresh: torch.Tensor, reuse_ok: bool):
-    """Run the model as this step's cache kind requires -> (rows or None, window start, logits) or None (reused)."""
+    """Run the model as this step's KV-reuse kind requires -> (rows or None, window start, logits) or None (reused)."""
     N = run.N
     need = active & ~fresh if reuse_ok else active
-    if cfg.cache == "none":
+    if cfg.kv_reuse == "none":
         if not bool(need.any()):
             return None
         idx = None if bool(need.all()) else need.nonzero().squeeze(1)
         return idx, 0, run.forward(idx, 0, N, s, ve, step, None, N)
     if run.exact:
-        if cfg.cache in ("prefix", "dual") and j == 0 and run.ctx_len < s:
+        if cfg.kv_reuse in ("prefix", "dual") and j == 0 and run.ctx_len < s:
             c = run.ctx_len
             kv = SpanKV(prefix=run.ctx)
             logits = run.forward(None, c, ve, s, ve, step, kv, ve)
@@ -280,13 +280,13 @@ def _step_forward(run: _Run, cfg: DecodeConfig, s: int, e: int, ve: int, j: int,
         ws = run.ctx_len
     else:
         refresh = j == 0 or (cfg.refresh_every > 0 and j % cfg.refresh_every == 0)
-        ws = run.P if cfg.cache == "prompt" else s
+        ws = run.P if cfg.kv_reuse == "prompt" else s
         if refresh:
             kv = SpanKV()
             logits = run.forward(None, 0, N, s, ve, step, kv, N)
             rec = kv.recorded()
             run.ctx = span(rec, 0, ws)
-            run.suffix = span(rec, e) if cfg.cache == "dual" and e < N else []
+            run.suffix = span(rec, e) if cfg.kv_reuse == "dual" and e < N else []
             run.first = logits[:, ws] if ws < N else None
             return None, 0, logits
     we = e if run.suffix else ve
@@ -326,7 +326,7 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
     return StepRecord(step=step, block=bi, block_span=span_, forwarded=forwarded, tokens=run.x.clone(),
                       committed=committed, confidence=conf, entropy=ent, activations=run.acts[n_before:],
                       logits=blk.clone() if want_logits and blk is not None else None,
-                      cache=run.cfg.cache, exact=run.exact, top_ids=top_ids, top_probs=top_probs)
+                      kv_reuse=run.cfg.kv_reuse, exact=run.exact, top_ids=top_ids, top_probs=top_probs)
 
 
 def prompt_canvas(model, prompt: torch.Tensor, gen_len: int, kwargs: dict, error=ValueError):

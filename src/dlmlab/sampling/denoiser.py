@@ -1,6 +1,6 @@
 """The one small interface the decoder drives, and the adapter for any bidirectional model.
 
-:class:`Denoiser` is the interface: ``den(tokens, clean_len=, t=, attn=, cache=, self_cond=, first=)`` ->
+:class:`Denoiser` is the interface: ``den(tokens, clean_len=, t=, attn=, kv_cache=, self_cond=, first=)`` ->
 logits aligned to ``tokens`` (``out[:, i]`` predicts ``tokens[:, i]``), plus a few flags saying what the
 model can do (KV caches and attention masks, self-conditioning, shifted logits, hook points).
 
@@ -8,8 +8,8 @@ model can do (KV caches and attention masks, self-conditioning, shifted logits, 
 :class:`~dlmlab.models.Transformer` trained with the masked-diffusion objective, LLaDA / Dream loaded
 into one, or any callable) given its mask id, which is required: the sampler never adds a mask token.
 ``shift_logits=True`` is Dream's convention (the logits at ``i - 1`` predict token ``i``).  A toolkit
-attention model (its forward takes ``kv_cache``) gets every cache kind and ``block_causal`` attention;
-any other callable is run on the whole canvas (``cache="none"``, ``attention="model"``).  Causal models
+attention model (its forward takes ``kv_cache``) gets every KV-reuse kind and ``block_causal`` attention;
+any other callable is run on the whole canvas (``kv_reuse="none"``, ``attention="model"``).  Causal models
 (a causal Transformer, Mamba, Mamba-2, LSTM, GRU) are refused unless ``allow_causal`` says the model
 was trained to denoise that way (e.g. a ``dlmlab train`` mdlm run of a Mamba); they too run on the
 whole canvas with their own mask.
@@ -35,7 +35,7 @@ class Denoiser:
 
     mask_id: the mask token id; shift: logits at ``i - 1`` predict token ``i``; prompt_causal: the clean
     prompt never attends to later positions (its keys/values can be reused exactly); uses_self_cond: takes
-    ``self_cond``; supports_cache: honours ``attn`` / ``cache`` and :meth:`encode_context` (toolkit
+    ``self_cond``; supports_kv_cache: honours ``attn`` / ``kv_cache`` and :meth:`encode_context` (toolkit
     attention); alibi: ALiBi positions; hooked: a :class:`~dlmlab.interp.hooks.HookedModule` whose hook points a
     trace can record (None: none); model: the underlying module (put in eval mode by the decoder).
     """
@@ -46,12 +46,12 @@ class Denoiser:
     shift: bool = False
     prompt_causal: bool = False
     uses_self_cond: bool = False
-    supports_cache: bool = False
+    supports_kv_cache: bool = False
     alibi: bool = False
 
     def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn: torch.Tensor | str | None = None,
-                 cache=None, self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens [B,T] at positions ``cache.length ..`` -> aligned logits [B,T,V].
+                 kv_cache=None, self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B,T] at positions ``kv_cache.length ..`` -> aligned logits [B,T,V].
 
         clean_len: positions below it are clean context (prompt, finished blocks); t [B]: mask rate of the
         noisy part; attn: boolean "may attend" [1,1,T,Tk], "bidirectional", or None for the model's own mask;
@@ -59,9 +59,9 @@ class Denoiser:
         """
         raise NotImplementedError
 
-    def encode_context(self, tokens: torch.Tensor, cache) -> torch.Tensor:
-        """Run clean context tokens [B,P] alone (keys/values into ``cache``) -> raw logits of the last position [B,V]."""
-        raise UserError(f"{type(self).__name__} cannot cache keys/values (use cache='none')")
+    def encode_context(self, tokens: torch.Tensor, kv_cache) -> torch.Tensor:
+        """Run clean context tokens [B,P] alone (keys/values into ``kv_cache``) -> raw logits of the last position [B,V]."""
+        raise UserError(f"{type(self).__name__} cannot cache keys/values (use kv_reuse='none')")
 
     def soft_prediction(self, logits: torch.Tensor) -> torch.Tensor:
         """Aligned logits [B,T,V] -> probabilities with the mask token excluded (self-conditioning input)."""
@@ -128,18 +128,18 @@ class ModelDenoiser(Denoiser):
             blocks = getattr(model, "blocks", None)
             flag = (_accepts(getattr(model, "forward", model), "kv_cache") and bool(blocks)
                     and all(getattr(b, "attn", None) is not None for b in blocks))
-        self.supports_cache = not causal and kind is not None and flag
+        self.supports_kv_cache = not causal and kind is not None and flag
         self.hooked = model if callable(getattr(model, "cache", None)) and hasattr(model, "hook_points") else None
         self.alibi = getattr(cfg, "positions", None) == "alibi"
         vocab = getattr(cfg, "n_out", 0) or getattr(cfg, "vocab_size", None)
         if isinstance(vocab, int) and not 0 <= self.mask_id < vocab:
             raise UserError(f"mask_id {self.mask_id} outside the model vocabulary [0, {vocab})")
 
-    def _raw(self, tokens, attn, clean_len, cache) -> torch.Tensor:
-        if self.supports_cache:
-            return self.model(tokens, attn_mask=attn, prompt_len=clean_len, kv_cache=cache)
-        if attn is not None or cache is not None:
-            raise UserError("this model takes no attention mask or KV cache: decode it with cache='none' and "
+    def _raw(self, tokens, attn, clean_len, kv_cache) -> torch.Tensor:
+        if self.supports_kv_cache:
+            return self.model(tokens, attn_mask=attn, prompt_len=clean_len, kv_cache=kv_cache)
+        if attn is not None or kv_cache is not None:
+            raise UserError("this model takes no attention mask or KV cache: decode it with kv_reuse='none' and "
                             "attention='model'")
         out = self.model(tokens)
         out = getattr(out, "logits", out)
@@ -150,16 +150,16 @@ class ModelDenoiser(Denoiser):
             raise UserError(f"mask_id {self.mask_id} outside the model's {out.shape[-1]} output logits")
         return out
 
-    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn=None, cache=None,
+    def __call__(self, tokens: torch.Tensor, *, clean_len: int, t: torch.Tensor, attn=None, kv_cache=None,
                  self_cond: torch.Tensor | None = None, first: torch.Tensor | None = None) -> torch.Tensor:
-        raw = self._raw(tokens, attn, clean_len, cache)
+        raw = self._raw(tokens, attn, clean_len, kv_cache)
         return shift_align(raw, first) if self.shift else raw
 
-    def encode_context(self, tokens: torch.Tensor, cache) -> torch.Tensor:
-        if not self.supports_cache:
-            return super().encode_context(tokens, cache)
+    def encode_context(self, tokens: torch.Tensor, kv_cache) -> torch.Tensor:
+        if not self.supports_kv_cache:
+            return super().encode_context(tokens, kv_cache)
         kind = "hybrid" if self.prompt_causal else "bidirectional"
-        return self.model(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=cache)[:, -1]
+        return self.model(tokens, attn_mask=kind, prompt_len=tokens.shape[1], kv_cache=kv_cache)[:, -1]
 
 
 def as_denoiser(model, mask_id: int | None = None, shift_logits: bool = False) -> Denoiser:

@@ -1,4 +1,4 @@
-"""How far an approximate cache's logits are from recomputing every position (Fast-dLLM's trade-off, measured)."""
+"""How far approximate KV reuse's logits are from recomputing every position (Fast-dLLM's trade-off, measured)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from dlmlab.sampling.caches import block_causal_mask
+from dlmlab.sampling.kv_reuse import block_causal_mask
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.decode import decode
 from dlmlab.sampling.denoiser import as_denoiser

@@ -45,9 +45,9 @@ class DiffusionSampleConfig(Config):  # checked when built (options, finite numb
 
     def decode_config(self, attention: str) -> DecodeConfig:
         """The equivalent :class:`DecodeConfig` for a model with this attention ('hybrid' or 'bidirectional')."""
-        cache = "prompt" if self.reuse_prompt_kv and attention == "hybrid" else "none"
+        kv_reuse = "prompt" if self.reuse_prompt_kv and attention == "hybrid" else "none"
         return DecodeConfig(steps=self.steps, temperature=self.temperature, top_p=self.top_p,
-                            self_cond=self.self_cond, cache=cache)
+                            self_cond=self.self_cond, kv_reuse=kv_reuse)
 
 
 def encode_prompt(model, prompt: torch.Tensor, mask_id: int | None = None) -> tuple[KVCache, torch.Tensor]:
@@ -74,7 +74,7 @@ def sample_diffusion(model, prompt: torch.Tensor, gen_len: int, cfg: DiffusionSa
     if gen_len < 1:
         raise ValueError(f"gen_len must be >= 1, got {gen_len}")
     den = as_denoiser(model, mask_id, shift_logits)
-    attention = "hybrid" if den.prompt_causal and den.supports_cache else "bidirectional"
+    attention = "hybrid" if den.prompt_causal and den.supports_kv_cache else "bidirectional"
     res = generate(den, prompt, gen_len, cfg.decode_config(attention), generator,
                    trace=TraceConfig(logits=True) if return_logits else None, record=return_logits)
     if return_logits:

@@ -53,9 +53,9 @@ class StepRecord:
     top_ids / top_probs [B,N,k] (k = :data:`TOP_K`, or the vocabulary if smaller): the ``k`` most likely tokens
     of the distribution the step drew from at each candidate position, best first (-1 / NaN elsewhere).
 
-    cache / exact: the decoder's cache kind (``none``, ``prompt``, ``prefix``, ``dual``) and whether it is
-    exact for this model and attention (:func:`~dlmlab.sampling.caches.cache_exactness`), so that a step
-    computed with an approximate cache says so wherever the record goes.  Every record in a
+    kv_reuse / exact: the decoder's KV-reuse kind (``none``, ``prompt``, ``prefix``, ``dual``) and whether it is
+    exact for this model and attention (:func:`~dlmlab.sampling.kv_reuse.kv_reuse_exactness`), so that a step
+    computed with approximate KV reuse says so wherever the record goes.  Every record in a
     :class:`DecodeResult`'s trajectory carries them (``None`` only on a record built elsewhere and not
     yet labelled).
     """
@@ -70,15 +70,15 @@ class StepRecord:
     entropy: torch.Tensor
     activations: list[Activation] = field(default_factory=list)
     logits: torch.Tensor | None = None
-    cache: str | None = None
+    kv_reuse: str | None = None
     exact: bool | None = None
     top_ids: torch.Tensor | None = None
     top_probs: torch.Tensor | None = None
 
-    def label(self, cache: str, exactness: str) -> None:
-        """Set :attr:`cache` / :attr:`exact` (``exactness``: ``"exact"`` or ``"approximate"``) where unset."""
-        if self.cache is None:
-            self.cache = cache
+    def label(self, kv_reuse: str, exactness: str) -> None:
+        """Set :attr:`kv_reuse` / :attr:`exact` (``exactness``: ``"exact"`` or ``"approximate"``) where unset."""
+        if self.kv_reuse is None:
+            self.kv_reuse = kv_reuse
         if self.exact is None:
             self.exact = exactness == "exact"
 
@@ -86,18 +86,18 @@ class StepRecord:
 @dataclass
 class DecodeResult:
     """tokens [B,N]; steps: denoising steps taken; forwards: model calls; positions: token positions
-    computed (rows x window, summed over calls); cache / exactness: the cache kind and ``"exact"`` or
-    ``"approximate"``; trajectory: per-step records when asked for, each labelled with the cache and
-    whether it is exact (:attr:`StepRecord.cache`, :attr:`StepRecord.exact`)."""
+    computed (rows x window, summed over calls); kv_reuse / exactness: the KV-reuse kind and ``"exact"`` or
+    ``"approximate"``; trajectory: per-step records when asked for, each labelled with the KV reuse and
+    whether it is exact (:attr:`StepRecord.kv_reuse`, :attr:`StepRecord.exact`)."""
 
     tokens: torch.Tensor
     steps: int
     forwards: int
     positions: int
-    cache: str
+    kv_reuse: str
     exactness: str
     trajectory: list[StepRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for rec in self.trajectory:
-            rec.label(self.cache, self.exactness)
+            rec.label(self.kv_reuse, self.exactness)

@@ -21,8 +21,8 @@ step's activations are written to ``spill_dir/step_000123.safetensors`` as the s
 on access.  A stored position costs ``prod(feature shape) * itemsize`` bytes plus 16 bytes of index
 (``traj.nbytes()`` counts them; docs/trajectory.md gives the arithmetic).
 
-``traj.exact`` says whether the decoder's cache was exact (:func:`~dlmlab.sampling.caches.cache_exactness`):
-with an exact cache a stored activation equals a fresh forward on that step's input (with the decoder's
+``traj.exact`` says whether the decoder's KV reuse was exact (:func:`~dlmlab.sampling.kv_reuse.kv_reuse_exactness`):
+with exact reuse a stored activation equals a fresh forward on that step's input (with the decoder's
 attention mask); with an approximate one it is what the approximate forward computed, labelled so.
 """
 
@@ -308,7 +308,7 @@ def run_sampler_with_cache(model, canvas: torch.Tensor, prompt_len: int, cfg: De
                          interventions=interventions)
     traj.result.trajectory = traj.records
     for rec in traj.records:
-        rec.label(traj.result.cache, traj.result.exactness)
+        rec.label(traj.result.kv_reuse, traj.result.exactness)
     return traj
 
 

@@ -79,9 +79,9 @@ def trajectory_data(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_
                                                                       lens.top_probs[si, d, b, p, :k].tolist()) if i >= 0]
                          for p in range(N)] for d in range(len(lens.labels))]
              for si, st in enumerate(lens.steps)} for b in range(B)]}
-    cache = next((r.cache for r in records if r.cache is not None), None)
+    kv_reuse = next((r.kv_reuse for r in records if r.kv_reuse is not None), None)
     exact = next((r.exact for r in records if r.exact is not None), None)
-    return {"prompt_len": prompt_len, "placeholder": PLACEHOLDER, "cache": cache, "exact": exact,
+    return {"prompt_len": prompt_len, "placeholder": PLACEHOLDER, "kv_reuse": kv_reuse, "exact": exact,
             "tokens": {str(i): token_text(i) for i in sorted(ids)}, "samples": samples, "lens": lens_data}
 
 
@@ -93,7 +93,7 @@ def trajectory_page(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_
     :class:`~dlmlab.sampling.lens.TrajectoryLens` of the same decode, shown per layer for a chosen position."""
     data = trajectory_data(records, canvas, prompt_len, mask_id, token_text, lens)
     payload = json.dumps(data, ensure_ascii=True, allow_nan=False).replace("</", "<\\/")
-    label = ("cache: none" if data["cache"] in (None, "none") else f"cache: {data['cache']}") + (
+    label = ("kv_reuse: none" if data["kv_reuse"] in (None, "none") else f"kv_reuse: {data['kv_reuse']}") + (
         "" if data["exact"] is None else (" (exact)" if data["exact"] else " (approximate: logits differ from "
                                           "recomputing every position)"))
     lines = "".join(f"<p class=\"note\">{html.escape(n)}</p>" for n in [*notes, label])

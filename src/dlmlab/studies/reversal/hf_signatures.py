@@ -9,7 +9,7 @@ known (:class:`SpanDocs`: ``tokens`` [N, T], boolean ``a`` / ``b`` [N, T]).
    pre-softmax score from the A positions to the B positions (``attention_scores``, averaged over
    those query-key pairs) per layer and head, forward vs reverse; Pearson correlation across facts per
    head and pooled over heads (each head's mean removed), as in
-   :func:`dlmlab.analysis.attention_correlation.score_correlation`.  Control: the same with the reverse
+   :func:`dlmlab.studies.reversal.attention_correlation.score_correlation`.  Control: the same with the reverse
    documents paired to another fact (rolled by one).  A causal model cannot attend from A to B in the
    forward document, so it has none.
 2. **Gradient alignment on storage parameters**: per fact, the cosine between the autograd gradients of
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dlmlab.analysis.attention_correlation import pearson
-from dlmlab.analysis.gradient_alignment import storage_modules
-from dlmlab.analysis.storage_routing import attention_scores
+from dlmlab.studies.reversal.attention_correlation import pearson
+from dlmlab.studies.reversal.gradient_alignment import storage_modules
+from dlmlab.studies.reversal.storage_routing import attention_scores
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.tasks.relations import ParentChild, TextFacts
 

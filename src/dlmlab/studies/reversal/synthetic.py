@@ -10,11 +10,11 @@ import time
 
 import torch
 
-from dlmlab.analysis.attention_correlation import distance_profile, score_correlation
-from dlmlab.analysis.gradient_alignment import (parameter_gradient_cosine, per_query_gradient_cosine,
-                                                storage_gradient_cosine, storage_modules)
-from dlmlab.analysis.reversal import query_eval, query_loss
-from dlmlab.analysis.storage_routing import storage_matrix, storage_margin, storage_routing
+from dlmlab.studies.reversal.attention_correlation import distance_profile, score_correlation
+from dlmlab.studies.reversal.gradient_alignment import (parameter_gradient_cosine, per_query_gradient_cosine,
+                                                        storage_gradient_cosine, storage_modules)
+from dlmlab.studies.reversal.queries import query_eval, query_loss
+from dlmlab.studies.reversal.storage_routing import storage_matrix, storage_margin, storage_routing
 from dlmlab.models import Transformer
 from dlmlab.objectives import MaskedDiffusionObjective
 from dlmlab.studies.reversal.presets import ReversalPreset

@@ -36,6 +36,8 @@ from dlmlab.models.positions import apply_rope, rope_cos_sin
 from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries
 
+ANALYSIS_MODULE = True  # refusals name this module's public functions (analysis.requires.public_name)
+
 
 def _check_layer(model, layer: int, analysis: str, points: tuple[str, ...] = (), weights: bool = False) -> None:
     require_transformer(model, analysis, points, weights)

@@ -2,7 +2,7 @@
 
 Storage-column gradient (:func:`storage_gradient_cosine`).  Through one attention layer the logits
 at a query position depend on the storage column ``Y_h[:, b]`` (what source token b writes into the
-output vocabulary via head h, :func:`~dlmlab.analysis.storage_routing.storage_matrix`) as
+output vocabulary via head h, :func:`~dlmlab.studies.reversal.storage_routing.storage_matrix`) as
 ``logits += sum_{j: x_j = b} alpha_h[i, j] / s_i * Y_h[:, b]`` (``s_i`` the final-norm scale), so the
 gradient of the cross-entropy of target ``a`` with respect to that column is::
 
@@ -23,16 +23,18 @@ from __future__ import annotations
 import torch
 
 from dlmlab.analysis.requires import require_attention, require_layer
-from dlmlab.analysis.reversal import query_loss
-from dlmlab.analysis.storage_routing import StorageRouting, storage_routing
+from dlmlab.studies.reversal.queries import query_loss
+from dlmlab.studies.reversal.storage_routing import StorageRouting, storage_routing
 from dlmlab.tasks.relations import Queries
+
+ANALYSIS_MODULE = True  # refusals name this module's public functions (analysis.requires.public_name)
 
 
 def storage_column_gradient(model, q: Queries, source: torch.Tensor, layer: int = 0,
                             exclude: tuple[int, ...] = (), sr: StorageRouting | None = None) -> torch.Tensor:
     """Gradient [N, H, V] of each query's NLL with respect to the storage column ``Y_h[:, source_n]``.
 
-    ``sr``: the queries' :func:`~dlmlab.analysis.storage_routing.storage_routing` split (with the same ``layer``
+    ``sr``: the queries' :func:`~dlmlab.studies.reversal.storage_routing.storage_routing` split (with the same ``layer``
     and ``exclude``, no ``contrast``), when already computed; otherwise it is computed here."""
     sr = storage_routing(model, q, layer, exclude) if sr is None else sr
     reads = (q.tokens == source[:, None]).to(sr.alpha.dtype)  # [N,T]

@@ -14,6 +14,8 @@ import torch
 from dlmlab.models.precision import upcast
 from dlmlab.tasks.relations import Queries
 
+ANALYSIS_MODULE = True  # refusals name this module's public functions (analysis.requires.public_name)
+
 
 def query_log_probs(model, q: Queries, exclude: tuple[int, ...] = (), **forward_kwargs) -> torch.Tensor:
     """log p(. | query) [N, V] at each query position; ``exclude`` ids (e.g. the mask) get -inf."""

@@ -1,10 +1,11 @@
-"""Key/value reuse across denoising steps, and which reuse is exact.
+"""The sampler's KV reuse (Fast-dLLM-style prompt / prefix / dual caches): key/value reuse across
+denoising steps, and which reuse is exact.  ``DecodeConfig.kv_reuse`` picks the kind.
 
 A decoding step of block ``[s, e)`` needs logits only there.  What the other positions contribute
 through attention can be reused:
 
 =========  ===============================================  ================================================
-cache      reused keys/values                               exact when
+kv_reuse   reused keys/values                               exact when
 =========  ===============================================  ================================================
 none       nothing (every position recomputed each step)    always (the reference)
 prompt     the prompt's                                     the prompt never attends to the generated part:
@@ -16,7 +17,7 @@ dual       prefix and the masked suffix after the block     never (Fast-dLLM Dua
                                                             ``block_causal``, where the suffix is unseen
 =========  ===============================================  ================================================
 
-Approximate caches (a fully bidirectional model) are refreshed by a full forward at each block
+Approximate reuse (a fully bidirectional model) are refreshed by a full forward at each block
 start and every ``refresh_every`` steps (Fast-dLLM); exact ones are extended when a block finishes.
 """
 
@@ -27,13 +28,13 @@ import torch
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [B, H, T, d_head]
 
 
-def cache_exactness(cache: str, attention: str, prompt_causal: bool) -> str:
-    """'exact' or 'approximate' for a cache kind under an attention mode (see the module table)."""
-    if cache == "none":
+def kv_reuse_exactness(kv_reuse: str, attention: str, prompt_causal: bool) -> str:
+    """'exact' or 'approximate' for a KV-reuse kind under an attention mode (see the module table)."""
+    if kv_reuse == "none":
         return "exact"
     if attention == "block_causal":
         return "exact"
-    if cache in ("prompt", "prefix") and prompt_causal:
+    if kv_reuse in ("prompt", "prefix") and prompt_causal:
         return "exact"
     return "approximate"
 

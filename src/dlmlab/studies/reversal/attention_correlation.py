@@ -7,7 +7,7 @@ With ALiBi (no position inside q, k) the two scores coincide; with RoPE they are
 positions nothing ties them.  :func:`score_correlation` measures this on a trained model:
 the Pearson correlation, across facts, of the pre-softmax score from the query to the evidence
 token in the forward and in the reverse query, per head and pooled.  Needs a toolkit Transformer
-(:func:`~dlmlab.analysis.storage_routing.attention_scores`); any other model raises
+(:func:`~dlmlab.studies.reversal.storage_routing.attention_scores`); any other model raises
 :class:`~dlmlab.analysis.requires.UnsupportedModel`.
 """
 
@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from dlmlab.analysis.requires import require_transformer
-from dlmlab.analysis.storage_routing import attention_scores
+from dlmlab.studies.reversal.storage_routing import attention_scores
 from dlmlab.tasks.relations import Queries
+
+ANALYSIS_MODULE = True  # refusals name this module's public functions (analysis.requires.public_name)
 
 
 def evidence_scores(model, q: Queries, layer: int = 0) -> torch.Tensor:
