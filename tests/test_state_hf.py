@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 
 import pytest
@@ -33,6 +34,14 @@ def _save(kind: str, path) -> None:
 def _tiny(**kw):
     return dataclasses.replace(PRESETS["smoke"], eval_lens=[40, 60], pretrained_steps=3, probe_seqs=8,
                                probe_samples=150, patch_seqs=6, **kw)
+
+
+def _eval_sets(p) -> dict:
+    """{length: (tokens, labels)} of the parity task's evaluation sets, as run_pretrained builds them."""
+    from dlmlab.studies.state.cells import eval_data, make_task
+
+    patch_tasks = list(p.patch_tasks) + ([] if "parity" in p.patch_tasks else ["parity"])
+    return eval_data(make_task("parity", p), dataclasses.replace(p, patch_tasks=patch_tasks)).by_len
 
 
 @pytest.mark.parametrize("kind", ["neox", "mamba"])
@@ -70,20 +79,37 @@ def test_run_pretrained_end_to_end(tmp_path):
     p = _tiny()
     res = run_pretrained(tmp_path / "neox", "parity", p, progress=False)
     assert set(res["acc_by_len"]) == {40, 60} and res["arch"] == "gpt_neox" and "pretrain" not in res
-    assert len(res["probe_accuracy"]) == 3 and 0 <= res["best_layer"] <= 2
-    assert res["params"] > 0 and "patching" in res and len(res["patching"]["at_last_pos"]) == 3
+    acc = res["probe_accuracy"]
+    assert len(acc) == 3 and res["best_layer"] == min(i for i, a in enumerate(acc) if a >= max(acc) - 0.005)
+    # every parameter of the checkpoint plus the tagging head (hidden x classes + bias), counted from the files
+    base = sum(t.numel() for t in transformers.GPTNeoXModel.from_pretrained(tmp_path / "neox").parameters())
+    n_classes = len(torch.unique(torch.cat([y.flatten() for _, y in _eval_sets(p).values()])))
+    assert res["params"] == base + 32 * n_classes + n_classes
+    assert len(res["patching"]["at_last_pos"]) == 3
     # the tagging head reads the last layer, so patching it at the last position restores the clean output
     assert res["patching"]["at_last_pos"][-1] == pytest.approx(1.0, abs=1e-4)
     # layer ablations: per block and length, with the per-layer random-subspace control
     ab = res["block_ablation"]
     assert set(ab) == {"base", "skip", "mixer_mean"} and all(len(v) == 2 for v in ab["skip"].values())
     assert len(res["layer_random_drop"]) == len(res["layer_ablation_drop"]) == 3
+    assert ab["base"] == res["acc_by_len"]  # the unablated model on the same sets: the same accuracies
     sm = res["summary"]
     assert all(v is None or isinstance(v, (int, float)) for v in sm.values())
-    assert sm["skip_last"] == ab["skip"][40][-1] and 1 <= sm["probe_jump_layer"] <= 2 and "acc@60" in sm
+    # the summary's read-outs, recomputed from the nested results they summarise
+    rises = [b - a for a, b in zip(acc, acc[1:])]
+    j = rises.index(max(rises))
+    drops, ctrl = res["layer_ablation_drop"], res["layer_random_drop"]
+    k = drops.index(max(drops))
+    ll = res["last_layer_patching"]
+    assert sm == pytest.approx({
+        "chance": sm["chance"], "acc@60": res["acc_by_len"][60], "probe_jump_layer": j + 1, "probe_jump": rises[j],
+        "causal_layer": k, "causal_drop": drops[k], "causal_control": ctrl[k], "skip_last": ab["skip"][40][-1],
+        "mixer_mean_last": ab["mixer_mean"][40][-1], "patch_last_pre@corrupt": ll["at_corrupt_pos"][0],
+        "patch_last_mixer@last": ll["at_last_pos"][1]}, abs=0)
+    y40 = _eval_sets(p)[40][1].flatten()  # chance: the majority label's rate at the training length
+    assert sm["chance"] == pytest.approx(torch.bincount(y40).max().item() / y40.numel(), abs=1e-12)
     # last-layer patching at every position: before the corrupted token the clean and corrupted runs are
     # the same (causal models), so patching there recovers nothing
-    ll = res["last_layer_patching"]
     assert ll["hooks"] == ["blocks.1.resid_pre", "blocks.1.mixer_out"] and ll["positions"] == list(range(40))
     c = ll["corrupt_pos"]
     assert all(abs(r) < 1e-6 for row in ll["recovered"] for r in row[:c])
@@ -114,6 +140,7 @@ def test_pretrain_small_smoke_saves_reuses_and_runs(tmp_path, monkeypatch):
         assert cfg["architectures"] == [cls] and cfg["vocab_size"] == ps.BYTE_VOCAB
         rec = ps.pretrain_record(pth)
         assert rec["seed"] == 0 and rec["recipe"] == "smoke"
+        assert rec["uniform_bits_per_byte"] == math.log2(ps.BYTE_VOCAB) == 8.0  # one byte: 8 bits, uniformly
         assert rec["val_bits_per_byte"] < rec["uniform_bits_per_byte"]  # it learned something about the text
     # the saved LM reloads with its own head (logits over the bytes)
     from dlmlab.models.hf_hooked import load_hf_hooked
@@ -138,7 +165,10 @@ def test_pretrain_small_smoke_saves_reuses_and_runs(tmp_path, monkeypatch):
     for pth, arch in zip(paths, ("gpt_neox", "mamba")):
         res = run_pretrained(pth, "parity", _tiny(), progress=False)
         assert res["arch"] == arch and res["pretrain"]["recipe"] == "smoke"
-        assert len(res["probe_accuracy"]) == 3 and res["last_layer_patching"] is not None
+        assert len(res["probe_accuracy"]) == 3
+        ll = res["last_layer_patching"]  # causal models: patching before the corrupted token recovers nothing
+        assert ll["hooks"][0] == "blocks.1.resid_pre" and ll["corrupt_pos"] > 0
+        assert all(abs(r) < 1e-6 for row in ll["recovered"] for r in row[:ll["corrupt_pos"]])
         assert res["summary"]["pretrain_bits_per_byte"] == res["pretrain"]["val_bits_per_byte"]
 
 
