@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -17,8 +18,12 @@ def test_runs_every_study_and_reuses_finished_ones(tmp_path, monkeypatch, capsys
     report = run_all("smoke", tmp_path, progress=False)
     assert report == tmp_path / "report.html" and report.exists()
     assert calls == [("a", "smoke"), ("b", "smoke"), ("c", "smoke")]
-    for n in "abc":
-        assert (tmp_path / n / "results.json").exists()
+    html = report.read_text()
+    for n in "abc":  # each study's own results, written where run_all says, and named in the report
+        res = json.loads((tmp_path / n / "results.json").read_text())
+        assert (res["study"], res["preset"]) == (n, "smoke")
+        assert [(c["id"], c["holds"]) for c in res["claims"]] == [(f"{n}_claim_0", True), (f"{n}_claim_1", False)]
+        assert f"Fake study {n}" in html
     man = json.loads((tmp_path / MANIFEST).read_text())
     assert man["preset"] == "smoke"
     assert [s["status"] for s in man["studies"].values()] == ["ran"] * 3
@@ -26,7 +31,10 @@ def test_runs_every_study_and_reuses_finished_ones(tmp_path, monkeypatch, capsys
     assert man["studies"]["a"]["claims_hold"] == 1 and man["studies"]["a"]["claims_total"] == 2
     assert man["studies"]["a"]["claims_verdicts"] == {"reproduced": 1, "contradicted": 0, "inconclusive": 1,
                                                       "unjudged": 1}
-    assert "torch" in man["environment"] and "cpu_count" in man["environment"]
+    from importlib import metadata
+
+    env = man["environment"]
+    assert (env["torch"], env["cpu_count"]) == (metadata.version("torch"), os.cpu_count())
     table = capsys.readouterr().out
     assert "claims" in table and "2: 1 reproduced, 0 contradicted, 1 inconclusive (1 unjudged)" in table
     assert "6: 3 reproduced, 0 contradicted, 3 inconclusive (3 unjudged)" in table.splitlines()[-1]  # total row
@@ -49,7 +57,8 @@ def test_killed_run_continues_where_it_stopped(tmp_path, monkeypatch):
         run_all("cpu", tmp_path, progress=False)
     man = json.loads((tmp_path / MANIFEST).read_text())
     assert {n: s["status"] for n, s in man["studies"].items()} == {"a": "ran", "b": "interrupted", "c": "interrupted"}
-    assert (tmp_path / "report.html").exists()
+    assert "Fake study a" in (tmp_path / "report.html").read_text()  # the report of what finished is written
+    assert not (tmp_path / "b" / "results.json").exists() and not (tmp_path / "c" / "results.json").exists()
 
     calls.clear()
     install(monkeypatch, {n: make_study(n, calls) for n in ["a", "b", "c"]})
@@ -62,12 +71,13 @@ def test_crash_is_recorded_and_others_still_run(tmp_path, monkeypatch):
     install(monkeypatch, {"a": make_study("a", calls, crash=RuntimeError("boom in a")), "b": make_study("b", calls)})
     with pytest.raises(StudiesFailed) as ei:
         run_all("smoke", tmp_path, progress=False)
-    assert "a failed" in str(ei.value) and ei.value.report.exists()
+    assert "a failed" in str(ei.value) and ei.value.report == tmp_path / "report.html"
     assert calls == [("a", "smoke"), ("b", "smoke")]
     man = json.loads((tmp_path / MANIFEST).read_text())
     assert man["studies"]["a"]["status"] == "failed" and "boom in a" in man["studies"]["a"]["error"]
     assert man["studies"]["b"]["status"] == "ran"
     assert "boom in a" in (tmp_path / "a" / "error.txt").read_text()
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["study"] == "b"
     html = ei.value.report.read_text()
     assert "boom in a" in html and "RuntimeError" in html
 
