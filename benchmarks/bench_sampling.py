@@ -51,7 +51,7 @@ from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.objectives import ar_loss, get_schedule, mdlm_loss
 from dlmlab.prediff import eval_nelbo_per_window
 from dlmlab.sampling import DecodeConfig, DiffusionSampleConfig, generate, sample_ar, sample_diffusion
-from dlmlab.sampling.deviation import cache_deviation
+from dlmlab.sampling.deviation import kv_reuse_deviation
 import dlmlab.studies.prediff.adapt as prediff_adapt
 import dlmlab.studies.prediff.backbone as prediff_backbone
 from dlmlab.studies.prediff.presets import PRESETS
@@ -523,9 +523,9 @@ def run_text(args) -> dict:
         ar = sp["AR (KV cache)"]["tps"]
         for k in fns:
             rows.append({"batch": B, "name": k, **sp[k], "rel": sp[k]["tps"] / ar, **qual[k]})
-    dev = cache_deviation(model, torch.cat([prompts[:16], torch.full((16, L), model.mask_id)], 1), P,
-                          DecodeConfig(threshold=0.9, block_len=16, kv_reuse="dual", top_p=0.95),
-                          torch.Generator().manual_seed(0))
+    dev = kv_reuse_deviation(model, torch.cat([prompts[:16], torch.full((16, L), model.mask_id)], 1), P,
+                             DecodeConfig(threshold=0.9, block_len=16, kv_reuse="dual", top_p=0.95),
+                             torch.Generator().manual_seed(0))
     base = qual[BASELINE]["gen_ppl"]
     ok, verdicts = True, []
     bound = f"gen. PPL <= {base * (1 + QUALITY_TOL):.1f} (32-step baseline {base:.1f} + 10%)"

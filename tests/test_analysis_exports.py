@@ -53,7 +53,8 @@ def test_the_cache_lives_below_the_analyses():
     import dlmlab.interp.activation_cache
     import dlmlab.interp.hooks
 
-    assert dlmlab.interp.hooks.ActivationCache is dlmlab.interp.activation_cache.ActivationCache is analysis.ActivationCache
+    cache_class = dlmlab.interp.activation_cache.ActivationCache
+    assert dlmlab.interp.hooks.ActivationCache is cache_class is analysis.ActivationCache
     assert dlmlab.hooks.HookedModule is dlmlab.interp.hooks.HookedModule
     assert dlmlab.cache.to_str_tokens is dlmlab.interp.activation_cache.to_str_tokens
     code = ("import sys, torch, dlmlab.interp.hooks\n"

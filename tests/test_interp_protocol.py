@@ -65,7 +65,8 @@ def test_the_cache_goes_through_the_model_methods(family, monkeypatch):
     want = ns.scale_like_norm(m.ln_final, parts, ns.norm_scale(m.ln_final, resid))
     assert torch.equal(cache.apply_ln_to_stack(parts), want)
     calls = []
-    monkeypatch.setattr(type(m), "norm_scale", lambda self, norm, x: calls.append("norm_scale") or ns.norm_scale(norm, x))
+    monkeypatch.setattr(type(m), "norm_scale",
+                        lambda self, norm, x: calls.append("norm_scale") or ns.norm_scale(norm, x))
     monkeypatch.setattr(type(m), "has_attention", lambda self: calls.append("has_attention") or False)
     cache.apply_ln_to_stack(parts)
     with pytest.raises(UserError, match="stack_head_results needs attention heads"):

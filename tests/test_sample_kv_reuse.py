@@ -46,7 +46,8 @@ def test_every_trajectory_record_names_its_cache_and_whether_it_is_exact():
     m = _bidirectional()
     for cfg, cache, exact in [(DecodeConfig(steps=3), "none", True),
                               (DecodeConfig(steps=4, kv_reuse="prefix", block_len=3), "prefix", False),
-                              (DecodeConfig(steps=4, kv_reuse="dual", block_len=3, attention="block_causal"), "dual", True)]:
+                              (DecodeConfig(steps=4, kv_reuse="dual", block_len=3, attention="block_causal"), "dual",
+                               True)]:
         seen = []
         res = generate(m, _prompt(), 6, cfg, torch.Generator().manual_seed(0), mask_id=MASK, record=True,
                        callback=seen.append)

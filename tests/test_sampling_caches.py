@@ -7,7 +7,7 @@ from dlmlab.config import ConfigError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.prediff import PreDiffLM
 from dlmlab.sampling import DecodeConfig, TraceConfig, generate, kv_reuse_exactness
-from dlmlab.sampling.deviation import cache_deviation
+from dlmlab.sampling.deviation import kv_reuse_deviation
 
 V = 40
 
@@ -71,14 +71,14 @@ def test_bidirectional_caches_are_approximate_and_their_deviation_is_measured(ca
     prompt = torch.randint(0, V - 1, (2, 6), generator=torch.Generator().manual_seed(1))
     canvas = torch.cat([prompt, torch.full((2, 16), V)], 1)
     cfg = DecodeConfig(steps=16, kv_reuse=cache, block_len=8, temperature=0.0)
-    dev = cache_deviation(m, canvas, 6, cfg, mask_id=V)
+    dev = kv_reuse_deviation(m, canvas, 6, cfg, mask_id=V)
     print(cache, dev)
     assert dev["steps"] == 16 and dev["max_abs"] > 1e-8  # stale keys/values change the logits ...
-    exact = cache_deviation(m, canvas, 6, DecodeConfig(steps=16, kv_reuse="none", block_len=8, temperature=0.0), mask_id=V)
+    exact = kv_reuse_deviation(m, canvas, 6, DecodeConfig(steps=16, kv_reuse="none", block_len=8, temperature=0.0), mask_id=V)
     assert exact["max_abs"] < 1e-10 and exact["top1_agree"] == 1.0  # ... recomputation does not
     # refreshing at every step makes the approximate cache exact again
-    every = cache_deviation(m, canvas, 6, DecodeConfig(steps=16, kv_reuse=cache, block_len=8, temperature=0.0,
-                                                       refresh_every=1), mask_id=V)
+    every = kv_reuse_deviation(m, canvas, 6, DecodeConfig(steps=16, kv_reuse=cache, block_len=8, temperature=0.0,
+                                                          refresh_every=1), mask_id=V)
     assert every["max_abs"] < 1e-10
 
 

@@ -1,7 +1,8 @@
 """ActivationCache: what ``model.run_with_cache(tokens)`` returns, with TransformerLens-style helpers.
 
 A mapping from hook name to the activation recorded there (``cache["blocks.0.resid_post"]``,
-TransformerLens's ``cache["blocks.0.hook_resid_post"]`` (:mod:`dlmlab.interp.tl_names`), or ``cache["resid_post", 0]`` for ``blocks.0.resid_post`` / ``cache["pattern", 1]`` for
+TransformerLens's ``cache["blocks.0.hook_resid_post"]`` (:mod:`dlmlab.interp.tl_names`), or
+``cache["resid_post", 0]`` for ``blocks.0.resid_post`` / ``cache["pattern", 1]`` for
 ``blocks.1.attn.pattern``), with ``grads`` (d loss / d activation, when run with ``loss_fn``),
 ``step`` (e.g. the denoising step it was recorded at) and ``meta`` (the forward keywords used).
 Points ``run_with_cache(names=None)`` defers (attention patterns) are listed and computed on first read.

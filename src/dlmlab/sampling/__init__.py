@@ -1,4 +1,5 @@
-"""Sampling: masked-diffusion decoding (orders, unmasking rules, blocks, KV reuse, trajectories) and KV-cached AR decoding."""
+"""Sampling: masked-diffusion decoding (orders, unmasking rules, blocks, KV reuse, trajectories) and KV-cached
+AR decoding."""
 
 from dlmlab.sampling.ar import sample_ar
 from dlmlab.sampling.config import DecodeConfig
@@ -16,7 +17,7 @@ from dlmlab.sampling.trajectory_cache import Trajectory, generate_with_cache, ru
 
 __all__ = ["sample_ar", "sample_diffusion", "DiffusionSampleConfig", "encode_prompt", "unmask_schedule",
            "linear_schedule", "sample_from_logits", "top_p_filter", "DecodeConfig", "decode", "generate", "Denoiser",
-           "ModelDenoiser", "as_denoiser",
-           "kv_reuse_exactness", "Activation", "DecodeResult", "StepRecord", "TraceConfig", "Intervention", "StepContext",
+           "ModelDenoiser", "as_denoiser", "kv_reuse_exactness",
+           "Activation", "DecodeResult", "StepRecord", "TraceConfig", "Intervention", "StepContext",
            "Trajectory", "run_sampler_with_cache", "generate_with_cache", "TrajectoryLens", "lens_points",
            "trajectory_lens", "PatchResult", "patch_trajectory"]

@@ -95,7 +95,7 @@ class DecodeConfig(Config):
         """The fields as JSON-ready data; ``noise`` is ``{"name": ..., **fields}`` (as in ``model.json``), which
         ``DecodeConfig(**data)`` reads back."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        data["noise"] = {"name": self.noise.name, **dataclasses.asdict(self.noise)}
+        data["noise"] = self.noise.to_data()
         return data
 
 

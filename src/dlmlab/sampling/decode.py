@@ -118,7 +118,8 @@ class _Run:
         if ws > 0 and self.first is not None:
             first = self.first if idx is None else self.first[idx]
         sc = self.self_cond(idx, ws, we)
-        call = lambda: self.den(tokens, clean_len=s, t=t, attn=attn, kv_cache=cache, self_cond=sc, first=first)  # noqa: E731
+        call = lambda: self.den(tokens, clean_len=s, t=t, attn=attn, kv_cache=cache,  # noqa: E731
+                                self_cond=sc, first=first)
         firing = [iv for iv in self.interventions if iv.fires(step)] if self.interventions else None
         tracing = self.trace is not None and self.trace.wants(step)
         if firing or tracing:

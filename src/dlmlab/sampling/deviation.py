@@ -6,17 +6,17 @@ import dataclasses
 
 import torch
 
-from dlmlab.sampling.kv_reuse import block_causal_mask
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.decode import decode
 from dlmlab.sampling.denoiser import as_denoiser
+from dlmlab.sampling.kv_reuse import block_causal_mask
 from dlmlab.sampling.trajectory import TraceConfig
 
 
 @torch.no_grad()
-def cache_deviation(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig,
-                    generator: torch.Generator | None = None, mask_id: int | None = None,
-                    shift_logits: bool = False) -> dict:
+def kv_reuse_deviation(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig,
+                       generator: torch.Generator | None = None, mask_id: int | None = None,
+                       shift_logits: bool = False) -> dict:
     """Decode with ``cfg`` (self-conditioning off) and, at every step, recompute the block's logits from scratch
     on the same tokens -> {"max_abs": largest logit difference, "mean_abs": mean over steps of the mean absolute
     difference, "top1_agree": share of candidate positions whose argmax agrees, "steps": steps compared}."""

@@ -48,7 +48,7 @@ INDEX_BYTES = 16  # two int64 indices (row, position) per stored position
 
 
 @dataclass
-class CacheConfig(Config):
+class TrajectoryCacheConfig(Config):
     """What a trajectory cache keeps.  names: hook point names or globs; steps: global decoder steps (None:
     every step); positions: ``all`` | ``masked`` | ``committed`` | ``generated``; dtype: ``float32`` |
     ``float16`` | ``bfloat16`` | ``float64`` | None (as computed); spill_dir: write each step to disk there."""
@@ -81,7 +81,7 @@ class Trajectory:
     """A decode's records and its cached activations (see the module).  ``result``: the
     :class:`DecodeResult`; ``records``: one :class:`StepRecord` per step (activations moved into the cache)."""
 
-    def __init__(self, canvas: torch.Tensor, prompt_len: int, mask_id: int, shift: bool, cfg: CacheConfig,
+    def __init__(self, canvas: torch.Tensor, prompt_len: int, mask_id: int, shift: bool, cfg: TrajectoryCacheConfig,
                  names: list[str]) -> None:
         self.canvas, self.prompt_len, self.mask_id, self.shift = canvas.clone(), prompt_len, mask_id, shift
         self.cfg, self.names = cfg, names
@@ -287,13 +287,13 @@ def run_sampler_with_cache(model, canvas: torch.Tensor, prompt_len: int, cfg: De
                            callback: Callable[[StepRecord], None] | None = None, progress: bool = False) -> Trajectory:
     """Decode ``canvas`` [B,N] as :func:`~dlmlab.sampling.decode.decode` does and cache the activations at the
     hook points ``names_filter`` (names or globs) -> :class:`Trajectory`.  ``steps`` / ``positions`` / ``dtype``
-    / ``spill_dir``: see :class:`CacheConfig`; ``interventions`` as in ``decode`` (the cache records the
+    / ``spill_dir``: see :class:`TrajectoryCacheConfig`; ``interventions`` as in ``decode`` (the cache records the
     activations as the interventions left them); ``callback(StepRecord)`` after each step."""
     den = as_denoiser(model, mask_id, shift_logits)
     if den.hooked is None:
         raise UserError("a trajectory cache needs a model with hook points (a dlmlab HookedModule)")
     names = [names_filter] if isinstance(names_filter, str) else list(names_filter)
-    cc = CacheConfig(names=names, steps=None if steps is None else [int(s) for s in steps], positions=positions,
+    cc = TrajectoryCacheConfig(names=names, steps=None if steps is None else [int(s) for s in steps], positions=positions,
                      dtype=dtype, spill_dir=None if spill_dir is None else str(spill_dir))
     resolved = list(den.hooked.select_hooks(names))  # an unknown name raises here, naming the closest
     traj = Trajectory(canvas, prompt_len, den.mask_id, den.shift, cc, resolved)
