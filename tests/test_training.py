@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -71,6 +72,39 @@ def test_in_process_resume_after_crash_is_exact(tmp_path):
     load_checkpoint(latest_checkpoint(tmp_path / "res"), m2)
     assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
     assert [s for s, _ in list_checkpoints(tmp_path / "res")] == [20, 30]  # keep_checkpoints=2
+
+
+class _Constant(torch.nn.Module):
+    """Logits = one learned bias vector [V] at every position (zero at initialisation: the uniform prediction)."""
+
+    def __init__(self, V: int):
+        super().__init__()
+        self.b = torch.nn.Parameter(torch.zeros(V))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b.expand(*x.shape, self.b.shape[0])
+
+
+def test_logged_loss_and_grad_norm_of_a_constant_model_are_known():
+    """A model that predicts the uniform distribution has AR loss log V and ppl V at step 1, and its gradient is
+    softmax(0) - (target frequencies), whose norm is computed here by hand from the step's batch."""
+    V = 23
+    make_batch, loss_fn = toy_task(V=V)
+    seen = {}
+
+    def recording(step, gen):
+        seen[step] = make_batch(step, gen)
+        return seen[step]
+
+    rows = train(_Constant(V), TrainConfig(steps=2, batch_size=8, lr=1e-2, log_every=1, progress=False), recording,
+                 loss_fn)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["loss"] == pytest.approx(math.log(V), rel=1e-6) and rows[0]["ppl"] == pytest.approx(V, rel=1e-5)
+    targets = seen[1]["tokens"][:, 1:].flatten().tolist()
+    freq = [targets.count(v) / len(targets) for v in range(V)]
+    assert rows[0]["grad_norm"] == pytest.approx(math.sqrt(sum((1 / V - f) ** 2 for f in freq)), rel=1e-5)
+    # step 2: the model has moved towards the batch's unigram, so its loss is no longer log V
+    assert rows[1]["loss"] != pytest.approx(math.log(V), rel=1e-6)
 
 
 def test_checkpoint_crash_mid_save_leaves_previous_intact(tmp_path, monkeypatch):
@@ -155,7 +189,7 @@ def test_kill_9_mid_run_then_resume_gives_identical_losses(tmp_path, subprocess_
     assert proc.returncode == -9, f"run was not killed mid-run (rc {proc.returncode}): {proc.stderr.read()[-2000:]}"
     assert 20 <= killed_at < steps
     # the checkpoint dir is usable: latest points at a complete checkpoint, every listed one loads
-    assert latest_checkpoint(run) is not None
+    assert latest_checkpoint(run).name == f"step_{killed_at:07d}"  # the step latest.json names, complete
     for _, path in list_checkpoints(run):
         assert {p.name for p in path.iterdir()} >= {"model.safetensors", "optimizer.safetensors", "state.json"}
     resumed = subprocess.run(_train_cmd(cfg, run), env=subprocess_env, capture_output=True, text=True, timeout=120)
