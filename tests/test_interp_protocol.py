@@ -48,7 +48,8 @@ def test_hf_wrapper_and_prediff_model_have_them():
     backbone = Transformer(TransformerConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, d_mlp=16))
     pm = PreDiffLM(backbone, mask_id=V - 1)
     x = torch.randn(3, 16)
-    assert pm.has_attention() is True
+    assert pm.has_attention() is has_attention(pm) is False  # no blocks of its own: the hook points are the backbone's
+    assert backbone.has_attention() is True and pm.family_name == "PreDiffLM"
     assert torch.equal(pm.norm_scale(backbone.ln_final, x), ns.norm_scale(backbone.ln_final, x))
     s = pm.norm_scale(backbone.ln_final, x)
     assert torch.equal(pm.scale_like_norm(backbone.ln_final, x, s), ns.scale_like_norm(backbone.ln_final, x, s))

@@ -29,6 +29,7 @@ from torch import nn
 
 from dlmlab.errors import UserError
 from dlmlab.models import KVCache, Transformer
+from dlmlab.models.protocol import ProtocolMethods
 from dlmlab.sampling.denoiser import Denoiser
 
 
@@ -88,8 +89,11 @@ class TimeEmbedding(nn.Module):
         return self.fc2(nn.functional.silu(self.fc1(sinusoidal(t, self.dim).to(self.fc1.weight.dtype))))
 
 
-class PreDiffLM(nn.Module):
+class PreDiffLM(ProtocolMethods, nn.Module):
     """Masked-diffusion denoiser around a (pretrained) causal backbone.
+
+    The protocol's methods (:class:`~dlmlab.models.protocol.ProtocolMethods`): its hook points are the
+    backbone's (``model.backbone``), so ``has_attention()`` is False here and True on the backbone.
 
     ``attention``: default mask kind for forwards ("hybrid" = prompt causal, target
     bidirectional; "bidirectional"; or a boolean tensor given per call).
@@ -122,16 +126,6 @@ class PreDiffLM(nn.Module):
     @property
     def uses_self_cond(self) -> bool:
         return self.self_cond_proj is not None
-
-    # the protocol's methods (dlmlab.models.protocol.ProtocolMethods) are the backbone's
-    def has_attention(self) -> bool:
-        return self.backbone.has_attention()
-
-    def norm_scale(self, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return self.backbone.norm_scale(norm, x)
-
-    def scale_like_norm(self, norm: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return self.backbone.scale_like_norm(norm, x, scale)
 
     def embed_add(self, B: int, T: int, offset: int, prompt_len, time: torch.Tensor | None,
                   self_cond: torch.Tensor | None, device) -> torch.Tensor | None:
