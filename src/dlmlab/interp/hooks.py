@@ -47,9 +47,9 @@ from typing import Callable, Iterable, Iterator, Mapping, Union
 import torch
 from torch import nn
 
+from dlmlab.errors import UserError
 from dlmlab.interp import tl_names
 from dlmlab.interp.activation_cache import ActivationCache
-from dlmlab.errors import UserError
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
 NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
