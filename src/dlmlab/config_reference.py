@@ -32,7 +32,7 @@ def _sections() -> list[tuple[str, str, list[type]]]:
     from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinearSchedule
     from dlmlab.sampling.config import DecodeConfig
     from dlmlab.training.config import TrainConfig
-    from dlmlab.training.lm import RunConfig
+    from dlmlab.rundir.config import RunConfig
 
     return [
         ("Run config (the YAML of `dlmlab train`)",

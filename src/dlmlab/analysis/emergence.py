@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlmlab.progress import bar
-from dlmlab.training import list_checkpoints, load_checkpoint
+from dlmlab.rundir.checkpoint import list_checkpoints, load_checkpoint
 
 
 def checkpoint_curve(model, run_dir: str | Path, metric: Callable[[object], float], progress: bool = False,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.errors import UserError
-from dlmlab.loading import is_training_run
+from dlmlab.rundir.load import is_training_run
 from dlmlab.report.claims import judgement_of
 from dlmlab.report.results import fmt, load_results as _load_results
 
@@ -82,7 +82,7 @@ def load_train_run(path: Path) -> Run:
     loaded = load(path)
     run_dir = path.parent.parent if loaded.format == "checkpoint" and path.parent.name == "checkpoints" else path
     results: dict[str, Any] = {"model": {
-        "family": loaded.family, "objective": loaded.objective, "params": count_params(loaded.model),
+        "family": loaded.family, "objective": loaded.objective_name, "params": count_params(loaded.model),
         "step": loaded.step, "mask_id": loaded.mask_id,
         "vocab": getattr(loaded.tokenizer, "vocab_size", None)}}
     if (run_dir / "eval.json").is_file():

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 
 from dlmlab.data import DataConfig, load_corpus
 from dlmlab.errors import UserError
-from dlmlab.loading import has_run_config
-from dlmlab.training.lm import evaluate_lm, load_run
+from dlmlab.rundir.load import has_run_config
+from dlmlab.rundir.config import load_run
+from dlmlab.training.lm import evaluate_lm
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def _eval_loaded(args: argparse.Namespace) -> dict:
     stream, _ = load_corpus(data, run.tokenizer)
     # what evaluate_lm reads of a run config
     spec = SimpleNamespace(data=data, eval_batches=args.batches, train=SimpleNamespace(batch_size=args.batch_size),
-                           objective=run.objective, noise_schedule=run.noise)
+                           objective=run.objective_name, noise_schedule=run.noise)
     res = evaluate_lm(run.model, spec, stream, run.mask_id if run.objective == "mdlm" else 0)
     return {**res, "source": data.source, "seq_len": seq_len, "format": run.format}
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     path = Path(args.run_dir)
     if args.step is not None:
-        from dlmlab.loading import step_checkpoint
+        from dlmlab.rundir.load import step_checkpoint
 
         if path.parent.name == "checkpoints":
             raise UserError(f"{path} is a checkpoint folder; --step picks a checkpoint of a run folder (give the run)")

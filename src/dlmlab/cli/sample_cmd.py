@@ -112,7 +112,7 @@ def _limit(model) -> int | None:
 def _load(path: str, run):
     """(denoiser, tokenizer, max positions or None, noise schedule or None) of a loaded masked-diffusion run."""
     if run.objective != "mdlm" or run.mask_id is None:
-        raise UserError(f"{path} holds a model trained with objective {run.objective!r}; masked-diffusion "
+        raise UserError(f"{path} holds a model trained with objective {run.objective_name!r}; masked-diffusion "
                         "decoding needs an mdlm model (`dlmlab sample` samples an ar model left to right)")
     if run.tokenizer is None:
         raise UserError(f"{path} has no tokenizer, so prompts cannot be encoded")
@@ -219,7 +219,7 @@ def trained_length(loaded) -> int | None:
     """The window length (``data.seq_len``) a ``dlmlab train`` run was trained on, else None."""
     import json
 
-    from dlmlab.loading import has_run_config
+    from dlmlab.rundir.load import has_run_config
 
     src = Path(loaded.source)
     run = src.parent.parent if src.parent.name == "checkpoints" else src
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         rows, page = _sample_diffusion(loaded, cfg, args)
     for r in rows:  # every row says what made it
         r.update({"model": str(args.run), "step": loaded.step, "family": loaded.family,
-                  "objective": loaded.objective or "mdlm"})
+                  "objective": loaded.objective_name or "mdlm"})
     lines = [strict_json(r) for r in rows]
     if args.format == "jsonl":
         print("\n".join(lines))

@@ -11,7 +11,7 @@ from pathlib import Path
 from dlmlab import outdir
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.training.checkpoint import latest_checkpoint
+from dlmlab.rundir.checkpoint import latest_checkpoint
 from dlmlab.training.distributed import init_from_env, is_main_process
 from dlmlab.training.lm import RunConfig, config_differences, load_run_config, run_config_dict, run_training
 

@@ -27,7 +27,7 @@ def model_section(config_path: str | Path) -> dict:
 def _tokenizer_vocab(cfg, out: Path, resume: bool) -> int:
     """The run's tokenizer vocabulary: the saved one of a run that resumes, else the one it will fit."""
     from dlmlab.data import load_corpus, load_tokenizer
-    from dlmlab.training.checkpoint import latest_checkpoint
+    from dlmlab.rundir.checkpoint import latest_checkpoint
 
     tok = out / "tokenizer.json"
     if resume and out.is_dir() and tok.is_file() and latest_checkpoint(out) is not None:
@@ -40,7 +40,7 @@ def as_factory_builds(cfg, config_path: str | Path, out: str | Path, resume: boo
     replaced by what :func:`~dlmlab.models.factory.build_model` makes of the section's fields.  Only a width
     to match (a Mamba / Mamba-2 / LSTM / GRU section without ``d_inner`` / ``expand`` / ``hidden_size``)
     needs the vocabulary, so only then is the tokenizer read (or fit)."""
-    from dlmlab.training.lm import model_from_dict, model_to_dict
+    from dlmlab.rundir.config import model_from_dict, model_to_dict
 
     section = model_section(config_path)
     if matches_width(section.get("family", "transformer"), section):

@@ -1,16 +1,24 @@
-"""Training objectives: AR next-token, absorbing-mask diffusion (MDLM) with its noise schedules, user-given mask.
+"""Training objectives: AR next-token, absorbing-mask diffusion (MDLM) with its noise schedules, given-position
+queries, per-position tagging and prefix diffusion.
 
 :mod:`dlmlab.objectives.objective` is the one abstraction every training site uses: an objective's
-``make_batch(tokens, gen)`` draws the batch (times through a noise schedule class, mask noise) and its
-``loss(model, batch)`` scores it.
+``make_batch(tokens, gen, step=0)`` draws the batch (times through a noise schedule class, mask noise), its
+``loss(model, batch)`` scores it, and ``to_card()`` / :func:`objective_from_card` write it into and read it
+from a run's ``model.json``.
 """
 
-from dlmlab.objectives.ar import ar_loss
-from dlmlab.objectives.mdlm import corrupt, elbo_bound, given_mask_loss, masked_nll, mdlm_loss
-from dlmlab.objectives.objective import ARObjective, MaskedDiffusionObjective, Objective, TaggingObjective, token_nll
+from dlmlab.objectives.ar import ARObjective, ar_loss
+from dlmlab.objectives.card import OBJECTIVES, objective_from_card
+from dlmlab.objectives.given import GivenMaskObjective
+from dlmlab.objectives.mdlm import (MaskedDiffusionObjective, corrupt, elbo_bound, given_mask_loss, masked_nll,
+                                    mdlm_loss)
+from dlmlab.objectives.objective import Objective, step_batch, token_nll
+from dlmlab.objectives.prefix import PrefixDiffusionObjective
 from dlmlab.objectives.schedule import (SCHEDULES, CosineSchedule, LinearSchedule, LogLinearSchedule, NoiseSchedule,
                                         get_schedule, parse_schedule)
+from dlmlab.objectives.tagging import TaggingObjective
 
 __all__ = ["ar_loss", "mdlm_loss", "given_mask_loss", "corrupt", "masked_nll", "elbo_bound", "NoiseSchedule",
            "LinearSchedule", "CosineSchedule", "LogLinearSchedule", "SCHEDULES", "get_schedule", "parse_schedule",
-           "Objective", "ARObjective", "MaskedDiffusionObjective", "TaggingObjective", "token_nll"]
+           "Objective", "ARObjective", "MaskedDiffusionObjective", "GivenMaskObjective", "TaggingObjective",
+           "PrefixDiffusionObjective", "OBJECTIVES", "objective_from_card", "step_batch", "token_nll"]

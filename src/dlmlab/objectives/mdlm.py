@@ -1,4 +1,5 @@
-"""Absorbing-mask diffusion objective (MDLM) and the user-given-mask variant.
+"""Absorbing-mask diffusion objective (MDLM): :class:`MaskedDiffusionObjective`, its function form
+:func:`mdlm_loss`, and the user-given-mask cross-entropy :func:`given_mask_loss`.
 
 The mask token is the last id of the model vocabulary (``mask_id = vocab - 1``
 by convention: data vocab + 1).  The model never predicts the mask token
@@ -10,7 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from dlmlab.objectives.schedule import NoiseSchedule, get_schedule
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from dlmlab.config import ConfigError, require
+from dlmlab.objectives.objective import Batch, CardObjective, card_error, check_t_range, model_device
+from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, parse_schedule, uniform_times
 
 
 def corrupt(tokens: torch.Tensor, t: torch.Tensor, mask_id: int, generator=None,
@@ -61,7 +67,8 @@ def mdlm_loss(
     schedule: NoiseSchedule | None = None,
     **forward_kwargs,
 ) -> tuple[torch.Tensor, dict]:
-    """MDLM NELBO per token for clean ``tokens`` [B,T].
+    """MDLM NELBO per token for clean ``tokens`` [B,T]; metrics ``loss``, ``nelbo``, ``ppl_bound``, ``masked_ce``
+    as 0-d tensors (no host sync).
 
     loss = mean_b [ w(t_b) * sum_i masked_bi * NLL_bi ] / n_b, with w the schedule's ELBO weight
     ``-alpha'(t) / (1 - alpha(t))`` (1/t for the linear schedule) and n_b the number of maskable
@@ -80,8 +87,8 @@ def mdlm_loss(
     loss = nelbo_per_row(nll, t, n, sched).mean()
     n_masked = masked.sum().clamp(min=1)
     ce = (nll.sum() / n_masked).detach()
-    return loss, {"loss": loss.item(), "nelbo": loss.item(), "ppl_bound": float(torch.exp(loss.detach())),
-                  "masked_ce": ce.item()}
+    value = loss.detach()
+    return loss, {"loss": value, "nelbo": value, "ppl_bound": torch.exp(value), "masked_ce": ce}
 
 
 def given_mask_loss(model, tokens: torch.Tensor, masked: torch.Tensor, mask_id: int, **forward_kwargs) -> tuple[torch.Tensor, dict]:
@@ -93,7 +100,7 @@ def given_mask_loss(model, tokens: torch.Tensor, masked: torch.Tensor, mask_id: 
     logits = model(noisy, **forward_kwargs)
     nll = masked_nll(logits, tokens, masked, mask_id)
     loss = nll.sum() / masked.sum().clamp(min=1)
-    return loss, {"loss": loss.item()}
+    return loss, {"loss": loss.detach()}
 
 
 @torch.no_grad()
@@ -104,3 +111,66 @@ def elbo_bound(model, tokens: torch.Tensor, mask_id: int, n_samples: int = 8, se
     vals = [mdlm_loss(model, tokens, mask_id, generator=g, schedule=schedule, **forward_kwargs)[0].item()
             for _ in range(n_samples)]
     return sum(vals) / len(vals)
+
+
+@dataclass(eq=False)
+class MaskedDiffusionObjective(CardObjective):
+    """Absorbing-mask diffusion (MDLM): batch ``{"tokens", "t", "noise"}``, loss the NELBO per token.
+
+    ``schedule``: the :class:`~dlmlab.objectives.schedule.NoiseSchedule` (a name, an instance, or None for the
+    default linear one): mask probability and ELBO weight of ``t``, and where ``t`` is drawn, ``[t_min, 1]``.
+    ``t_range`` ``(lo, hi)``: draw ``t`` uniformly on ``[lo, hi]`` instead (antithetic, as the schedule's own
+    draw), e.g. the induction study's narrower mask rates.  ``pad_id``: tokens equal to it are never masked
+    and not counted.  Card: ``{"objective": "mdlm", "mask_id", "noise": {"name", ...}, "t_range", "pad_id"}``.
+    """
+
+    mask_id: int
+    schedule: Any = None  # NoiseSchedule | str | None (turned into a NoiseSchedule)
+    t_range: tuple[float, float] | None = None
+    pad_id: int | None = None
+
+    name: ClassVar[str] = "mdlm"
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.mask_id, int) and not isinstance(self.mask_id, bool) and self.mask_id >= 0,
+                f"mask_id must be a token id >= 0, got {self.mask_id!r}")
+        self.schedule = get_schedule(self.schedule)
+        if self.t_range is not None:
+            self.t_range = check_t_range(self.t_range)
+
+    def sample_t(self, batch: int, gen: torch.Generator | None) -> torch.Tensor:
+        """Times [B]: the schedule's draw on ``[t_min, 1]``, or uniform on ``t_range`` (both antithetic)."""
+        if self.t_range is None:
+            return self.schedule.sample_t(batch, gen)
+        lo, hi = self.t_range
+        return lo + (hi - lo) * uniform_times(batch, gen)
+
+    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None, step: int = 0,
+                   **extra: torch.Tensor) -> Batch:
+        """``tokens`` [B, T] -> ``{"tokens", "t" [B], "noise" [B, T] uniforms, **extra}`` (t drawn first)."""
+        t = self.sample_t(tokens.shape[0], gen)
+        return {"tokens": tokens, "t": t, "noise": torch.rand(tokens.shape, generator=gen), **extra}
+
+    def loss(self, model, batch: Batch, **forward_kwargs) -> tuple[torch.Tensor, dict]:
+        dev = model_device(model)
+        x = batch["tokens"].to(dev)
+        maskable = x != self.pad_id if self.pad_id is not None else None
+        return mdlm_loss(model, x, self.mask_id, t=batch["t"].to(dev), noise=batch["noise"].to(dev),
+                         maskable=maskable, schedule=self.schedule, **forward_kwargs)
+
+    def to_card(self) -> dict:
+        return {"objective": self.name, "mask_id": self.mask_id, "noise": self.schedule.to_data(),
+                "t_range": None if self.t_range is None else list(self.t_range), "pad_id": self.pad_id}
+
+    @classmethod
+    def from_card(cls, card: dict, where: str = "model.json") -> "MaskedDiffusionObjective":
+        """A card without ``noise`` (written before runs recorded one) means the default linear schedule."""
+        noise = card.get("noise")
+        schedule = None if noise is None else parse_schedule(noise, f"{where}: noise")
+        t_range = card.get("t_range")
+        if t_range is not None:
+            t_range = check_t_range(t_range, f"{where}: t_range")
+        try:
+            return cls(card.get("mask_id"), schedule, t_range, card.get("pad_id"))
+        except ConfigError as e:
+            raise card_error(where, e) from None

@@ -1,34 +1,35 @@
-"""One training objective abstraction: ``make_batch`` draws the randomness, ``loss`` scores a model on it.
+"""One training objective abstraction: ``make_batch`` draws the randomness, ``loss`` scores a model on it, and
+the objective writes itself into the run's ``model.json`` (``to_card``) and is read back from it (``from_card``).
 
 An :class:`Objective` turns clean tokens into a training batch and a batch into a loss::
 
     obj = MaskedDiffusionObjective(mask_id, LinearSchedule())
     batch = obj.make_batch(tokens, gen)        # {"tokens", "t", "noise"}: every draw made here, on the CPU
-    loss, metrics = obj.loss(model, batch)     # the MDLM NELBO per token
+    loss, metrics = obj.loss(model, batch)     # the MDLM NELBO per token; metrics are 0-d tensors
+    obj.to_card()                              # {"objective": "mdlm", "mask_id": ..., "noise": {...}, ...}
 
-``make_batch(tokens, gen, **extra)`` draws from ``gen`` only (so :func:`dlmlab.training.train`'s
-per-step generator makes a resumed or sharded run see the same draws) and passes ``extra`` tensors
-(e.g. ``labels``) through into the batch.  ``loss(model, batch)`` returns ``(loss, metrics)``, what
-:func:`~dlmlab.training.train`'s ``loss_fn`` returns; the batch is moved to the model's device.
+``make_batch(tokens, gen, step=0, **extra)`` draws from ``gen`` only (so :func:`dlmlab.training.train`'s
+per-step generator makes a resumed or sharded run see the same draws), passes ``extra`` tensors (e.g.
+``labels``) through into the batch, and reads ``step`` where the objective changes over training (an
+annealed attention mask).  ``loss(model, batch)`` returns ``(loss, metrics)`` with the metrics as detached
+tensors (no host sync: the training loop converts them on logged steps only); the batch is moved to the
+model's device.
 
-* :class:`ARObjective`: next-token cross-entropy (``tokens`` [B, T+1]), optionally ignoring a pad id,
-  averaged per row or per token.
-* :class:`MaskedDiffusionObjective`: absorbing-mask diffusion (MDLM); times ``t`` drawn from its
-  :class:`~dlmlab.objectives.schedule.NoiseSchedule` on ``[t_min, 1]``, or uniformly on ``t_range``
-  (antithetic either way), one uniform per token for the masks.
-* :class:`TaggingObjective`: per-position labels (``batch["labels"]`` [B, T]) read off the model's logits.
+The objectives (each in its module, all exported by :mod:`dlmlab.objectives`): :class:`ARObjective` (``ar``),
+:class:`MaskedDiffusionObjective` (``mdlm``), :class:`GivenMaskObjective` (``given_mask``),
+:class:`TaggingObjective` (``tagging``), :class:`PrefixDiffusionObjective` (``prefix_diffusion``);
+:func:`objective_from_card` reads any of them back.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 
-from dlmlab.config import require
-from dlmlab.objectives.mdlm import mdlm_loss
-from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, uniform_times
+from dlmlab.config import ConfigError
+from dlmlab.errors import UserError
 
 Batch = dict[str, torch.Tensor]
 
@@ -39,9 +40,36 @@ class Objective(Protocol):
 
     name: str
 
-    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None, **extra: torch.Tensor) -> Batch: ...
+    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None, step: int = 0,
+                   **extra: torch.Tensor) -> Batch: ...
 
     def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict]: ...
+
+    def to_card(self) -> dict: ...
+
+
+class CardObjective:
+    """Base of the toolkit's objectives (dataclasses): equality, and the card keys a model has.
+
+    Two objectives are equal when they are of one class and write the same card; an objective also equals its
+    ``name`` (so ``dlmlab.load(run).objective == "mdlm"``, written when that field was a string, still holds).
+    ``shift_logits``: the logits at position ``i`` predict token ``i + 1`` (next-token objectives).
+    """
+
+    name: ClassVar[str] = "objective"
+    shift_logits: ClassVar[bool] = False
+    mask_id: int | None = None
+
+    def to_card(self) -> dict:  # pragma: no cover - every objective defines its own
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return other == self.name
+        return type(other) is type(self) and self.to_card() == other.to_card()
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
 
 def model_device(model) -> torch.device:
@@ -56,99 +84,31 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype | 
     return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
 
 
-class ARObjective:
-    """Next-token prediction on ``batch["tokens"]`` [B, T+1]: the model reads ``tokens[:, :-1]`` and predicts
-    ``tokens[:, 1:]``.
-
-    ``pad_id``: targets equal to it are ignored.  ``per_row``: the mean over each row's (non-pad) targets,
-    then over rows (every row weighs the same, so a batch split over ranks averages to the whole batch's
-    loss); otherwise the mean over all (non-pad) targets of the batch.  ``float32``: score float32 logits
-    (``.float()`` of the model's).
-    """
-
-    name = "ar"
-
-    def __init__(self, pad_id: int | None = None, per_row: bool = False, float32: bool = False) -> None:
-        self.pad_id, self.per_row, self.float32 = pad_id, per_row, float32
-
-    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None = None, **extra: torch.Tensor) -> Batch:
-        """``tokens`` [B, T+1] (nothing is drawn)."""
-        return {"tokens": tokens, **extra}
-
-    def loss(self, model, batch: Batch, **forward_kwargs) -> tuple[torch.Tensor, dict]:
-        x = batch["tokens"].to(model_device(model))
-        logits = model(x[:, :-1], **forward_kwargs)
-        if self.float32:
-            logits = logits.float()
-        tgt = x[:, 1:]
-        if self.per_row:
-            keep = (tgt != self.pad_id).float() if self.pad_id is not None else torch.ones_like(tgt, dtype=torch.float)
-            nll = token_nll(logits, tgt) * keep
-            loss = (nll.sum(1) / keep.sum(1).clamp(min=1)).mean()
-        elif self.pad_id is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=self.pad_id)
-        else:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
-        return loss, {"loss": loss.item(), "ppl": float(torch.exp(loss.detach()))}
+def step_batch(objective: Objective, data: torch.Tensor | dict, gen: torch.Generator | None, step: int = 0) -> Batch:
+    """The objective's batch of one step's clean ``data``: tokens [B, ...], or a dict of ``tokens`` and extra
+    tensors (``labels``, query positions ...) passed to ``make_batch`` by name."""
+    if isinstance(data, dict):
+        if "tokens" not in data:
+            raise UserError(f"a batch dict needs its 'tokens'; got keys {sorted(data)}")
+        return objective.make_batch(gen=gen, step=step, **data)
+    return objective.make_batch(data, gen, step=step)
 
 
-class MaskedDiffusionObjective:
-    """Absorbing-mask diffusion (MDLM): batch ``{"tokens", "t", "noise"}``, loss the NELBO per token.
-
-    ``schedule``: the :class:`~dlmlab.objectives.schedule.NoiseSchedule` (a name, an instance, or None for the
-    default linear one): mask probability and ELBO weight of ``t``, and where ``t`` is drawn, ``[t_min, 1]``.
-    ``t_range`` ``(lo, hi)``: draw ``t`` uniformly on ``[lo, hi]`` instead (antithetic, as the schedule's own
-    draw), e.g. the induction study's narrower mask rates.  ``pad_id``: tokens equal to it are never masked
-    and not counted.
-    """
-
-    name = "mdlm"
-
-    def __init__(self, mask_id: int, schedule: "NoiseSchedule | str | None" = None,
-                 t_range: tuple[float, float] | None = None, pad_id: int | None = None) -> None:
-        require(isinstance(mask_id, int) and mask_id >= 0, f"mask_id must be a token id >= 0, got {mask_id!r}")
-        if t_range is not None:
-            lo, hi = t_range
-            require(0.0 <= lo < hi <= 1.0, f"t_range must satisfy 0 <= lo < hi <= 1, got {t_range}")
-        self.mask_id, self.schedule, self.t_range, self.pad_id = mask_id, get_schedule(schedule), t_range, pad_id
-
-    def sample_t(self, batch: int, gen: torch.Generator | None) -> torch.Tensor:
-        """Times [B]: the schedule's draw on ``[t_min, 1]``, or uniform on ``t_range`` (both antithetic)."""
-        if self.t_range is None:
-            return self.schedule.sample_t(batch, gen)
-        lo, hi = self.t_range
-        return lo + (hi - lo) * uniform_times(batch, gen)
-
-    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None, **extra: torch.Tensor) -> Batch:
-        """``tokens`` [B, T] -> ``{"tokens", "t" [B], "noise" [B, T] uniforms, **extra}`` (t drawn first)."""
-        t = self.sample_t(tokens.shape[0], gen)
-        return {"tokens": tokens, "t": t, "noise": torch.rand(tokens.shape, generator=gen), **extra}
-
-    def loss(self, model, batch: Batch, **forward_kwargs) -> tuple[torch.Tensor, dict]:
-        dev = model_device(model)
-        x = batch["tokens"].to(dev)
-        maskable = x != self.pad_id if self.pad_id is not None else None
-        return mdlm_loss(model, x, self.mask_id, t=batch["t"].to(dev), noise=batch["noise"].to(dev),
-                         maskable=maskable, schedule=self.schedule, **forward_kwargs)
+def check_t_range(t_range: Any, where: str = "t_range") -> tuple[float, float]:
+    """``(lo, hi)`` with ``0 <= lo < hi <= 1`` (the masked-diffusion objective's own check); a one-line
+    :class:`~dlmlab.config.ConfigError` naming ``where`` otherwise."""
+    try:
+        lo, hi = (float(v) for v in t_range)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be two numbers [lo, hi], got {t_range!r}") from None
+    if not 0.0 <= lo < hi <= 1.0:
+        raise ConfigError(f"{where} must satisfy 0 <= lo < hi <= 1, got {[lo, hi]}")
+    return lo, hi
 
 
-class TaggingObjective:
-    """Per-position classification: ``batch["labels"]`` [B, T] read off ``model(batch["tokens"])`` [B, T, C];
-    float32 cross-entropy over every position, with the accuracy as a metric."""
-
-    name = "tagging"
-
-    def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None = None, **extra: torch.Tensor) -> Batch:
-        require("labels" in extra, "a tagging batch needs labels")
-        return {"tokens": tokens, **extra}
-
-    def loss(self, model, batch: Batch) -> tuple[torch.Tensor, dict]:
-        dev = model_device(model)
-        labels = batch["labels"].to(dev)
-        logits = model(batch["tokens"].to(dev))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        acc = (logits.argmax(-1) == labels).float().mean()
-        return loss, {"loss": float(loss.detach()), "acc": float(acc)}
+def card_error(where: str, e: Exception) -> UserError:
+    """A bad objective in a card: one line naming the file (``where``)."""
+    return UserError(f"{where}: {e}")
 
 
-__all__ = ["Objective", "ARObjective", "MaskedDiffusionObjective", "TaggingObjective", "token_nll"]
+__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range"]

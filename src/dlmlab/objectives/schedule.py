@@ -27,6 +27,7 @@ with probability :meth:`NoiseSchedule.reveal_prob`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,11 @@ class NoiseSchedule(Config):
 
     def validate(self) -> None:
         require(0 <= self.eps < 1, f"noise schedule eps must be in [0, 1), got {self.eps}")
+
+    def to_data(self) -> dict:
+        """``{"name": ..., **fields}`` (JSON-ready): what :func:`parse_schedule` reads back (``model.json``'s
+        ``noise``, a run config's ``noise`` section, ``DecodeConfig.noise`` as data)."""
+        return {"name": self.name, **dataclasses.asdict(self)}
 
     # --- the schedule -------------------------------------------------------------------------
     def alpha(self, t):
@@ -191,7 +197,8 @@ SCHEDULES: dict[str, type[NoiseSchedule]] = {c.name: c for c in (LinearSchedule,
 def parse_schedule(value: Any, where: str = "noise") -> NoiseSchedule:
     """The one parser of a noise schedule: a :class:`NoiseSchedule` (kept as it is), a bare name (``linear``,
     ``loglinear``, ``cosine``: default fields) or a mapping ``{"name": ..., **fields}`` (a run config's
-    ``noise`` section, ``model.json``'s ``noise``, ``DecodeConfig.noise``).
+    ``noise`` section, ``model.json``'s ``noise``, ``DecodeConfig.noise``); :meth:`NoiseSchedule.to_data` writes
+    that mapping.
 
     Anything else, an unknown name or field, or a bad value is a one-line :class:`ConfigError` naming
     ``where`` and the offending name or field."""

@@ -1,10 +1,16 @@
 """The training loop: AdamW, LR schedule, tqdm progress, JSONL metrics, exact resume, DDP.
 
+One signature: ``train(model, cfg, batches, objective)``.  ``batches(step, gen)`` draws the step's clean data
+(tokens [B, ...], or a dict of ``tokens`` and extra tensors such as ``labels``), the
+:class:`~dlmlab.objectives.objective.Objective` turns it into the training batch (``make_batch(tokens, gen,
+step=step, **extra)``: times, mask noise ...) and scores it (``loss``), and writes itself into the run's
+``model.json`` (:mod:`dlmlab.rundir.card`).  Metrics stay tensors until a logged step converts them (no host
+sync per step).
+
 Determinism: batch ``step`` is drawn from a generator seeded with (seed, step),
 so a resumed run sees exactly the batches (and diffusion noise) an uninterrupted
-run would.  ``make_batch(step, gen)`` returns a dict of *global* batch tensors
-(dim 0 = batch); with N processes each rank gets its 1/N slice, so 2 processes
-reproduce 1 process with the same global batch.
+run would.  The batch holds *global* batch tensors (dim 0 = batch); with N processes each rank gets
+its 1/N slice, so 2 processes reproduce 1 process with the same global batch.
 
 Parallelism (``parallel``): ``"ddp"`` (the default) wraps the model in DistributedDataParallel when
 there are several processes; ``"fsdp"`` trains a model already sharded by
@@ -29,8 +35,9 @@ from dlmlab import outdir
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.progress import bar as progress_bar
-from dlmlab.training.card import CARD_NAME, TOKENIZER_NAME, card_text, model_card, write_card
-from dlmlab.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from dlmlab.objectives.objective import Objective, step_batch
+from dlmlab.rundir.card import CARD_NAME, TOKENIZER_NAME, card_text, is_family_model, model_card, write_card
+from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from dlmlab.training.config import TrainConfig, lr_at
 from dlmlab.training.distributed import DistContext, gathered, init_from_env, local_part
 
@@ -38,8 +45,7 @@ from dlmlab.training.distributed import DistContext, gathered, init_from_env, lo
 TRAIN_FILES = ("checkpoints", "metrics.jsonl", CARD_NAME, TOKENIZER_NAME)
 
 Batch = dict[str, torch.Tensor]
-MakeBatch = Callable[[int, torch.Generator], Batch]
-LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, dict]]
+Batches = Callable[[int, torch.Generator], "torch.Tensor | Batch"]
 EvalFn = Callable[[torch.nn.Module, int], dict]
 PARALLEL = ("ddp", "fsdp")
 
@@ -103,22 +109,22 @@ def _all_finite(model: torch.nn.Module) -> bool:
 def train(
     model: torch.nn.Module,
     cfg: TrainConfig,
-    make_batch: MakeBatch,
-    loss_fn: LossFn,
+    batches: Batches,
+    objective: Objective,
     out_dir: str | Path | None = None,
     eval_fn: EvalFn | None = None,
     resume: bool = True,
     extra_state: dict | None = None,
     desc: str = "train",
     ctx: DistContext | None = None,
-    objective: str | None = None,
-    mask_id: int | None = None,
     tokenizer=None,
-    noise=None,
     parallel: str = "ddp",
-    t_range: tuple[float, float] | None = None,
 ) -> list[dict]:
-    """Train ``model`` in place for ``cfg.steps`` steps; returns the metric rows.
+    """Train ``model`` in place for ``cfg.steps`` steps with ``objective``; returns the metric rows.
+
+    Each step: ``data = batches(step, gen)`` (the step's clean data: tokens, or a dict of ``tokens`` and extra
+    tensors), ``batch = objective.make_batch(tokens, gen, step=step, **extra)`` (both drawing from the step's
+    generator), ``loss, metrics = objective.loss(model, batch)``.
 
     With ``out_dir`` metrics go to ``out_dir/metrics.jsonl`` and checkpoints to
     ``out_dir/checkpoints``; an existing checkpoint is resumed when ``resume``, else an earlier run's
@@ -128,8 +134,7 @@ def train(
     the newest checkpoint is the last good one).
 
     So that :func:`dlmlab.load` can load the folder or any checkpoint in it, ``model.json`` (family, model
-    config, ``objective`` "ar" / "mdlm", ``mask_id``, the mdlm ``noise`` schedule and ``t_range`` when its mask times were drawn on one;
-    :mod:`dlmlab.training.card`) and the ``tokenizer``'s
+    config and the objective as it writes itself, :mod:`dlmlab.rundir.card`) and the ``tokenizer``'s
     ``tokenizer.json`` are written into ``out_dir`` and into every checkpoint folder.  A model that is
     not a dlmlab family (no ``cfg``) trains all the same, without ``model.json``.
 
@@ -139,29 +144,25 @@ def train(
     """
     if parallel not in PARALLEL:
         raise UserError(f"parallel must be one of {list(PARALLEL)}, got {parallel!r}")
+    if not callable(getattr(objective, "loss", None)) or not callable(getattr(objective, "make_batch", None)):
+        raise UserError(f"train() needs an objective (make_batch and loss; dlmlab.objectives), got "
+                        f"{type(objective).__name__}")
     ctx = ctx or init_from_env()
     if parallel == "fsdp" and out_dir is not None and ctx.world_size > 1:
         raise UserError("train(parallel='fsdp') over several processes keeps no checkpoints (the weights are "
                         "sharded); pass out_dir=None and gather the weights with dlmlab.training.fsdp.full_state_dict")
-    card = None
-    if out_dir is not None:
-        try:
-            card = model_card(model, objective, mask_id, noise, t_range)
-        except UserError:
-            if objective is not None or mask_id is not None or noise is not None or t_range is not None:
-                raise  # a bad objective / mask id, or one given for a model that cannot be saved with it
-            card = None  # a custom module: trained as before, not loadable by dlmlab.load
+    card = model_card(model, objective) if out_dir is not None and is_family_model(model) else None
     out = Path(out_dir) if out_dir is not None else None
     with ExitStack() as stack:
         if out is not None:
             stack.enter_context(outdir.locked(out, "train"))  # rank 0 only; re-entrant in one process
             stack.enter_context(outdir.write_errors(out))
         tok_json = tokenizer.to_json() if tokenizer is not None else None
-        return _train(model, cfg, make_batch, loss_fn, out, eval_fn, resume, extra_state, desc, ctx, card, tok_json,
+        return _train(model, cfg, batches, objective, out, eval_fn, resume, extra_state, desc, ctx, card, tok_json,
                       parallel)
 
 
-def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out: Path | None,
+def _train(model, cfg: TrainConfig, batches: Batches, objective: Objective, out: Path | None,
            eval_fn: EvalFn | None, resume: bool, extra_state: dict | None, desc: str,
            ctx: DistContext, card: dict | None = None, tok_json: str | None = None,
            parallel: str = "ddp") -> list[dict]:
@@ -213,8 +214,9 @@ def _train(model, cfg: TrainConfig, make_batch: MakeBatch, loss_fn: LossFn, out:
             lr = lr_at(cfg, step)
             for g in opt.param_groups:
                 g["lr"] = lr
-            batch = {k: ctx.shard(v) for k, v in make_batch(step, step_generator(cfg.seed, step)).items()}
-            loss, metrics = loss_fn(net, batch)
+            gen = step_generator(cfg.seed, step)
+            batch = {k: ctx.shard(v) for k, v in step_batch(objective, batches(step, gen), gen, step).items()}
+            loss, metrics = objective.loss(net, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip else None

@@ -78,21 +78,17 @@ def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str, o
     """Train one model (AR: next-token loss, causal; DLM: MDLM loss, bidirectional) -> (model, metric rows).
 
     With ``out`` the run folder loads with :func:`dlmlab.load` (and the DLM with ``dlmlab sample``): its
-    ``model.json`` records the objective (``ar`` / ``mdlm``), the mask id, the noise schedule and the mask-rate
-    range ``[t_min, t_max]`` the DLM was trained on, beside the text tokenizer."""
+    ``model.json`` records the objective as it writes itself (``ar``; ``mdlm`` with the mask id, the noise
+    schedule and the mask-rate range ``[t_min, t_max]`` the DLM was trained on), beside the text tokenizer."""
     torch.manual_seed(p.seed)
     dev = p.torch_device()
     model = Transformer(model_config(p, data.vocab, n_layers, objective)).to(dev)
     T = p.seq_len
     obj = objective_of(p, data.vocab, objective)
 
-    def make_batch(step: int, gen: torch.Generator) -> dict:
-        x = mixed_batch(data.text_ids, p.batch_size, T, p_repeated_at(p, step), data.lo, data.hi, gen, p.min_half)
-        return {k: t.to(dev) for k, t in obj.make_batch(x, gen).items()}
+    def batches(step: int, gen: torch.Generator) -> torch.Tensor:
+        return mixed_batch(data.text_ids, p.batch_size, T, p_repeated_at(p, step), data.lo, data.hi, gen, p.min_half)
 
-    dlm = objective == "dlm"
-    card = {"objective": obj.name, "mask_id": obj.mask_id if dlm else None, "noise": obj.schedule if dlm else None,
-            "t_range": obj.t_range if dlm else None}
-    hist = train(model, train_config(p, progress), make_batch, obj.loss, out_dir=out, desc=f"{objective} L{n_layers}",
-                 tokenizer=data.tokenizer, **card)
+    hist = train(model, train_config(p, progress), batches, obj, out_dir=out, desc=f"{objective} L{n_layers}",
+                 tokenizer=data.tokenizer)
     return model, hist

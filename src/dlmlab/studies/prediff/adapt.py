@@ -69,10 +69,10 @@ def adapt(method: str, backbone: Transformer, stream: TokenStream, p: PreDiffPre
         return {"ppl": math.exp(nll)}
 
     rows = [{"step": 0, "ppl": curve(model, 0)["ppl"]}]
-    make_batch, loss_fn = make_task(m, stream.train, p.seq_len, cfg.batch_size, cfg.steps,
-                                    prompt_frac=p.prompt_frac, loss=p.loss)
-    history = train(model, cfg, make_batch, loss_fn, out_dir=run_dir(out, method, seed), eval_fn=curve,
-                    desc=f"{method} s{seed}", **({} if m.is_diffusion else {"objective": "ar"}))  # a PreDiffLM has no card
+    batches, objective = make_task(m, stream.train, p.seq_len, cfg.batch_size, cfg.steps,
+                                   prompt_frac=p.prompt_frac, loss=p.loss)
+    history = train(model, cfg, batches, objective, out_dir=run_dir(out, method, seed), eval_fn=curve,
+                    desc=f"{method} s{seed}")  # a PreDiffLM (no model family) writes no model.json
     rows += [{"step": r["step"], "ppl": r["eval_ppl"]} for r in history if "eval_ppl" in r]
     model.eval()
     return model, rows

@@ -51,10 +51,10 @@ def prepare(p: PreDiffPreset, out: Path, progress: bool = True) -> tuple[Transfo
         torch.manual_seed(p.pretrain.seed)
         model = Transformer(cfg).to(p.device)
         pre = MethodConfig("pretrain", attention="causal", objective="ar")
-        make_batch, loss_fn = make_task(pre, stream.train, p.seq_len, p.pretrain.batch_size, p.pretrain.steps)
+        batches, objective = make_task(pre, stream.train, p.seq_len, p.pretrain.batch_size, p.pretrain.steps)
         cfg_train = dataclasses.replace(p.pretrain, progress=p.pretrain.progress and progress)
-        history = train(model, cfg_train, make_batch, loss_fn, out_dir=out / "runs" / "pretrain", desc="pretrain AR",
-                        objective="ar", tokenizer=tokenizer)
+        history = train(model, cfg_train, batches, objective, out_dir=out / "runs" / "pretrain", desc="pretrain AR",
+                        tokenizer=tokenizer)
         hf_dir = out / "backbone"
         if is_main_process():  # under torchrun rank 0 writes the backbone, every rank reads it back
             save_gpt2(model.cpu(), hf_dir)

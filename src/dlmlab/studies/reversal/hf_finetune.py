@@ -307,8 +307,8 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
     obj = (ARObjective(pad_id=pad, per_row=True, float32=True) if kind == "arm"
            else MaskedDiffusionObjective(mask_id, pad_id=pad))
 
-    def make_batch(step, gen):
-        return obj.make_batch(task.train[torch.randint(0, len(task.train), (B,), generator=gen)], gen)
+    def batches(step, gen):
+        return task.train[torch.randint(0, len(task.train), (B,), generator=gen)]
 
     def eval_fn(m, step):
         return {"signatures": {"step": step, **signatures(lm, task, kind, objective, mask_id, docs, cfg)}}
@@ -316,7 +316,7 @@ def finetune(cfg: HFFinetuneConfig, out: str | Path | None = None, progress: boo
     trace = [eval_fn(lm, 0)["signatures"]]
     every = cfg.eval_every or cfg.train.steps
     tcfg = dataclasses.replace(cfg.train, seed=cfg.seed, progress=progress, eval_every=every, ckpt_every=0)
-    history = train(lm, tcfg, make_batch, obj.loss, eval_fn=eval_fn, desc=f"{info.format} {objective}", ctx=ctx,
+    history = train(lm, tcfg, batches, obj, eval_fn=eval_fn, desc=f"{info.format} {objective}", ctx=ctx,
                     parallel="fsdp")
     for row in history:
         if "eval_signatures" in row:

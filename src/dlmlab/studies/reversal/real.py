@@ -179,16 +179,11 @@ def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed
     docs = task.train
     B = train_cfg.batch_size
 
-    obj = objective_of(task, kind)
-
-    def make_batch(step, gen):
-        return obj.make_batch(docs[torch.randint(0, len(docs), (B,), generator=gen)], gen)
+    def batches(step, gen):
+        return docs[torch.randint(0, len(docs), (B,), generator=gen)]
 
     tcfg = dataclasses.replace(train_cfg, seed=seed, progress=progress)
-    mdlm = kind != "arm"
-    card = ({"objective": obj.name, "mask_id": task.mask_id if mdlm else None, "noise": obj.schedule if mdlm else None}
-            if getattr(model, "cfg", None) is not None else {})  # a toolkit model is saved loadable by dlmlab.load
-    hist = train(model, tcfg, make_batch, obj.loss, out_dir=out_dir, desc=desc, **card)
+    hist = train(model, tcfg, batches, objective_of(task, kind), out_dir=out_dir, desc=desc)
     out = {"final_loss": hist[-1]["loss"] if hist else None}
     for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test)):
         s, n = candidate_loglik(model, task, kind, items, seq_len)

@@ -13,13 +13,12 @@ import torch
 from dlmlab.studies.reversal.attention_correlation import distance_profile, score_correlation
 from dlmlab.studies.reversal.gradient_alignment import (parameter_gradient_cosine, per_query_gradient_cosine,
                                                         storage_gradient_cosine, storage_modules)
-from dlmlab.studies.reversal.queries import query_eval, query_loss
+from dlmlab.studies.reversal.queries import query_eval
 from dlmlab.studies.reversal.storage_routing import storage_matrix, storage_margin, storage_routing
 from dlmlab.models import Transformer
-from dlmlab.objectives import MaskedDiffusionObjective
+from dlmlab.objectives import GivenMaskObjective, MaskedDiffusionObjective
 from dlmlab.studies.reversal.presets import ReversalPreset
 from dlmlab.tasks.positional_relations import Layout, PositionalRelations
-from dlmlab.tasks.relations import Queries
 from dlmlab.training import train
 
 
@@ -54,37 +53,24 @@ def queries(task: PositionalRelations, kind: str, lay: Layout, device=None):
 
 
 def make_objective(task: PositionalRelations, kind: str, batch_size: int):
-    """(make_batch, loss_fn) for forward-only training (see ``ReversalPreset.kinds``).
+    """(batches, objective) for forward-only training (see ``ReversalPreset.kinds``).
 
-    mdm: NLL of A at the mask of "[M] r.. B" (the given-mask forward query); arm: NLL of B read at the
-    position before it in "A r.."; mdm_mdlm: the MDLM loss on random masks of the whole document."""
+    mdm: NLL of A at the mask of "[M] r.. B" (:class:`~dlmlab.objectives.GivenMaskObjective` with the task's
+    mask id); arm: NLL of B read at the position before it in "A r.." (the given-mask objective without a
+    mask: next token); mdm_mdlm: the MDLM loss on random masks of the whole document."""
+    if kind == "mdm_mdlm":
+        objective = MaskedDiffusionObjective(task.mask_id)
+    else:
+        objective = GivenMaskObjective(task.mask_id if kind.startswith("mdm") else None)
 
-    mdlm = MaskedDiffusionObjective(task.mask_id) if kind == "mdm_mdlm" else None
-
-    def make_batch(step: int, gen: torch.Generator) -> dict:
+    def batches(step: int, gen: torch.Generator):
         lay = task.sample_layout(batch_size, gen)
-        if mdlm is not None:
-            return mdlm.make_batch(task.documents(lay), gen)
+        if kind == "mdm_mdlm":
+            return task.documents(lay)
         q = queries(task, kind, lay)[0]
         return {"tokens": q.tokens, "query_pos": q.query_pos, "target": q.target, "evidence_pos": q.evidence_pos}
 
-    def loss_fn(model, batch):
-        if mdlm is not None:
-            return mdlm.loss(model, batch)
-        q = Queries(batch["tokens"], batch["query_pos"], batch["target"], batch["evidence_pos"]).to(_dev(model))
-        loss = query_loss(model, q)
-        return loss, {"loss": loss.item()}
-
-    return make_batch, loss_fn
-
-
-def card_fields(task: PositionalRelations, kind: str) -> dict:
-    """What :func:`~dlmlab.training.train` records in ``model.json`` for a model ``kind``: objective, mask id and
-    (MDLM-trained) noise schedule.  Both MDM kinds fill in masks (``mdlm``); the ARM predicts the next token."""
-    if not kind.startswith("mdm"):
-        return {"objective": "ar"}
-    noise = MaskedDiffusionObjective(task.mask_id).schedule if kind == "mdm_mdlm" else None
-    return {"objective": "mdlm", "mask_id": task.mask_id, "noise": noise}
+    return batches, objective
 
 
 def track(model: Transformer, task: PositionalRelations, kind: str, lay: Layout) -> dict:
@@ -153,11 +139,11 @@ def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progre
     lay = task.eval_layout(preset.eval_per_fact, seed)
     model = build_model(preset, task, kind, positions, seed).to(resolve_device(preset.device))
     tcfg = dataclasses.replace(preset.train, seed=seed, eval_every=preset.train.log_every, progress=progress)
-    make_batch, loss_fn = make_objective(task, kind, tcfg.batch_size)
+    batches, objective = make_objective(task, kind, tcfg.batch_size)
     model.eval()
     history = [{"step": 0, **track(model, task, kind, lay)}]
-    rows = train(model, tcfg, make_batch, loss_fn, eval_fn=lambda m, step: track(m, task, kind, lay),
-                 desc=f"{kind}/{positions}/s{seed}", **card_fields(task, kind))
+    rows = train(model, tcfg, batches, objective, eval_fn=lambda m, step: track(m, task, kind, lay),
+                 desc=f"{kind}/{positions}/s{seed}")
     for row in rows:
         history.append({"step": row["step"], "loss": row.get("loss"),
                         **{k[5:]: v for k, v in row.items() if k.startswith("eval_")}})

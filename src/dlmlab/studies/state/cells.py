@@ -61,6 +61,18 @@ def build(variant: str, task, p: StatePreset):
 TAGGING = TaggingObjective()  # loss: (model, {"tokens", "labels"}) -> (float32 cross-entropy, {loss, acc})
 
 
+@dataclass(eq=False)
+class _Remembering(TaggingObjective):
+    """The tagging objective, keeping its last step's metrics (tensors) for the logging hook."""
+
+    last: dict = field(default_factory=dict)
+
+    def loss(self, model, batch):
+        loss, metrics = TAGGING.loss(model, batch)  # looked up at call time
+        self.last = metrics
+        return loss, metrics
+
+
 class _Learned(Exception):
     """Raised from the training loop's evaluation hook when the check batch reaches the stop level."""
 
@@ -77,20 +89,15 @@ def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps:
     every = max(1, steps // 10)
     cfg = TrainConfig(steps=steps, batch_size=p.batch_size, lr=p.lr_for(arch), warmup_steps=min(p.warmup_steps, steps),
                       seed=p.seed, log_every=every, eval_every=every, progress=progress)
-    last: dict = {}
+    objective = _Remembering()
     rows: list[dict] = []
 
-    def make_batch(step: int, gen: torch.Generator) -> dict:
+    def batches(step: int, gen: torch.Generator) -> dict:
         x, y = sample(task, p.batch_size, p.train_len, gen, "train")
-        return TAGGING.make_batch(x, gen, labels=y)
-
-    def loss_fn(model, batch):
-        loss, metrics = TAGGING.loss(model, batch)  # looked up at call time
-        last.update(metrics)
-        return loss, metrics
+        return {"tokens": x, "labels": y}
 
     def on_log(model, step: int) -> dict:
-        row = {"step": step, **{k: float(v) for k, v in last.items()}}
+        row = {"step": step, **{k: float(v) for k, v in objective.last.items()}}
         if check is not None:
             row["check_acc"] = tagging_accuracy(model, *check)
         rows.append(row)
@@ -99,7 +106,7 @@ def train_on_task(model, task, p: StatePreset, progress: bool, desc: str, steps:
         return {}
 
     try:
-        train(model, cfg, make_batch, loss_fn, out_dir=None, eval_fn=on_log, desc=desc)
+        train(model, cfg, batches, objective, out_dir=None, eval_fn=on_log, desc=desc)
     except _Learned:
         model.eval()
     return rows

@@ -173,12 +173,12 @@ def pretrain_one(arch: str, r: PretrainRecipe, ids: torch.Tensor, seed: int, pro
     cfg = TrainConfig(steps=r.steps, batch_size=r.batch_size, lr=r.lr, warmup_steps=r.warmup_steps,
                       weight_decay=r.weight_decay, seed=seed, log_every=max(1, r.steps // 10), progress=progress)
 
-    def make_batch(step: int, gen: torch.Generator) -> dict:
+    def batches(step: int, gen: torch.Generator) -> torch.Tensor:
         starts = torch.randint(0, len(tr) - r.seq_len - 1, (r.batch_size,), generator=gen)
-        return NEXT_BYTE.make_batch(torch.stack([tr[s:s + r.seq_len + 1] for s in starts.tolist()]))
+        return torch.stack([tr[s:s + r.seq_len + 1] for s in starts.tolist()])
 
     t0 = time.process_time()
-    hist = train(model, cfg, make_batch, NEXT_BYTE.loss, out_dir=None, desc=desc or f"pretrain {arch}")
+    hist = train(model, cfg, batches, NEXT_BYTE, out_dir=None, desc=desc or f"pretrain {arch}")
     val = _val_loss(model, va, r)
     rec = {"train_loss": [[row["step"], row["loss"]] for row in hist if "loss" in row],
            "train_loss_last": hist[-1]["loss"] if hist else None, "val_loss": val,

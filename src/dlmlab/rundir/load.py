@@ -14,9 +14,10 @@ Example::
 
     run = dlmlab.load("runs/mdlm")
     logits = run.model(tokens)                        # tokens [B, T] -> logits [B, T, V]
-    if run.objective == "mdlm":
+    if run.objective == "mdlm":                       # a MaskedDiffusionObjective (it equals its name)
         tokens[:, -4:] = run.mask_id                  # what the model was trained to fill in
         nelbo = elbo_bound(run.model, tokens, run.mask_id, schedule=run.noise)  # dlmlab.objectives
+        batch = run.objective.make_batch(tokens, gen)  # or go on training with the objective it was trained with
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlmlab.data.tokenizer import load_tokenizer
 from dlmlab.errors import UserError
+from dlmlab.objectives import ARObjective, LinearSchedule, MaskedDiffusionObjective
+from dlmlab.rundir.card import (TOKENIZER_NAME, build_from_card, card_objective, family_of, is_bidirectional,
+                              read_card)
+from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from dlmlab.rundir.config import load_run, run_objective
 
 ACCEPTED = ("give a run folder written by `dlmlab train` or train() (model.json and checkpoints/), one of its "
             "checkpoints/step_N folders, or a Hugging Face model folder (config.json and weights)")
@@ -39,41 +46,59 @@ HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "
 class Loaded:
     """What :func:`load` returns.
 
-    model: the model in eval mode (a dlmlab :class:`~dlmlab.hooks.HookedModule`: hook points, ``cache``...),
+    model: the model in eval mode (a dlmlab :class:`~dlmlab.interp.hooks.HookedModule`: hook points, ``cache``...),
     with the tokenizer attached as ``model.tokenizer`` (so ``model.to_tokens(text)`` works, as in TransformerLens);
     tokenizer: the run's tokenizer (``encode`` / ``decode``; a ``transformers`` tokenizer for a Hugging Face
     folder), or ``None`` when the folder has none;
-    objective: ``"ar"`` or ``"mdlm"`` (masked diffusion); ``None`` for a :func:`~dlmlab.training.train` run
-    that was not told its objective;
-    mask_id: the mask token of a masked-diffusion model (``None`` for AR);
+    objective: the :class:`~dlmlab.objectives.objective.Objective` the model was trained with, every field
+    included (``ARObjective``, ``MaskedDiffusionObjective`` with its mask id, noise schedule, ``t_range`` and
+    ``pad_id``, ...), read from ``model.json``; LLaDA / Dream: masked diffusion under the default linear schedule
+    (masks drawn at ``t ~ U[0, 1]``); ``None`` for a run whose card names no objective.  An objective equals its
+    name, so ``run.objective == "mdlm"`` holds for a masked-diffusion model;
     shift_logits: True when the logits at position ``i - 1`` predict token ``i``: every AR model (next-token
     logits) and Dream (a masked-diffusion model whose output is shifted the same way); False when the
     logits at ``i`` predict token ``i`` itself (dlmlab's mdlm, LLaDA).  Not the same as
     :attr:`dlmlab.models.hf_auto.HFInfo.shift_logits`, which marks Dream's shifted diffusion output only;
-    noise: the noise schedule (:class:`~dlmlab.objectives.schedule.NoiseSchedule`) a masked-diffusion model
-    was trained with: the run's ``noise`` (``model.json``, else the run's ``config.json``), the default
-    linear schedule for runs that name none and for LLaDA / Dream (masks drawn at ``t ~ U[0, 1]``);
-    ``None`` for AR models and ``train()`` runs not told their objective;
-    t_range: ``(lo, hi)`` when training drew the mask times uniformly on that range instead of from ``noise``
-    (the induction study's DLMs), else ``None``;
     bidirectional: every position sees the whole sequence by default;
     family: ``transformer``, ``mamba``, ``mamba2``, ``lstm``, ``gru`` (or the HF loader's family);
     source: the folder given; format: ``"run"``, ``"checkpoint"``, or the Hugging Face model type;
     step: the training step of the loaded checkpoint (``None`` for Hugging Face folders).
+
+    Read off the objective: ``mask_id`` (the mask token; ``None`` for AR), ``noise`` (the noise schedule of a
+    masked-diffusion model, else ``None``), ``t_range`` (``(lo, hi)`` when training drew the mask times
+    uniformly on that range, else ``None``), ``pad_id``.
     """
 
     model: Any = field(repr=False)
     tokenizer: Any = field(repr=False)
-    objective: str | None
-    mask_id: int | None
+    objective: Any
     shift_logits: bool
     family: str
     source: Path
     format: str
     bidirectional: bool = False
     step: int | None = None
-    noise: Any = None
-    t_range: tuple[float, float] | None = None
+
+    @property
+    def objective_name(self) -> str | None:
+        """The objective's name (``"ar"``, ``"mdlm"``, ...), ``None`` when the run names none."""
+        return getattr(self.objective, "name", None)
+
+    @property
+    def mask_id(self) -> int | None:
+        return getattr(self.objective, "mask_id", None)
+
+    @property
+    def noise(self):
+        return self.objective.schedule if isinstance(self.objective, MaskedDiffusionObjective) else None
+
+    @property
+    def t_range(self) -> tuple[float, float] | None:
+        return getattr(self.objective, "t_range", None)
+
+    @property
+    def pad_id(self) -> int | None:
+        return getattr(self.objective, "pad_id", None)
 
 
 def _is_checkpoint(p: Path) -> bool:
@@ -113,9 +138,7 @@ def _hf_config(p: Path) -> dict | None:
 
 
 def _run_config_noise(run: Path | None):
-    """The ``noise`` section of a ``dlmlab train`` run's ``config.json`` (``None`` when there is none)."""
-    from dlmlab.training.noise import noise_from_data
-
+    """The ``noise`` section of a ``dlmlab train`` run's ``config.json`` as data (``None`` when there is none)."""
     path = run / "config.json" if run is not None else None
     if path is None or not path.is_file() or _hf_config(run) is not None:
         return None
@@ -123,57 +146,39 @@ def _run_config_noise(run: Path | None):
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None  # not a run config; the card says everything else
-    noise = data.get("noise") if isinstance(data, dict) else None
-    return None if noise is None else noise_from_data(noise, f"{path}: noise")
-
-
-def _noise(objective: str | None, recorded):
-    """Loaded.noise: ``recorded`` (or the default linear schedule) for mdlm, None otherwise."""
-    from dlmlab.training.noise import default_noise
-
-    if objective != "mdlm":
-        return None
-    return recorded if recorded is not None else default_noise()
+    return data.get("noise") if isinstance(data, dict) else None
 
 
 def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device,
                run: Path | None = None) -> Loaded:
-    from dlmlab.data.tokenizer import load_tokenizer
-    from dlmlab.training.card import TOKENIZER_NAME, build_from_card, card_noise, card_t_range
-    from dlmlab.training.checkpoint import load_checkpoint
-
+    where = str(ck / "model.json") if (ck / "model.json").is_file() else "model.json"
+    if card.get("objective") == "mdlm" and card.get("noise") is None:
+        noise = _run_config_noise(run)  # a card written before cards recorded the schedule: the run config's
+        if noise is not None:
+            card, where = {**card, "noise": noise}, f"{run / 'config.json'}"
+    objective = card_objective(card, where)
     model = build_from_card(card)
     state = load_checkpoint(ck, model)
     tok_file = next((d / TOKENIZER_NAME for d in tok_dirs if (d / TOKENIZER_NAME).is_file()), None)
     tokenizer = load_tokenizer(tok_file) if tok_file is not None else None
-    objective = card.get("objective")
-    noise = None
-    if objective == "mdlm":
-        noise = card_noise(card)
-        noise = noise if noise is not None else _run_config_noise(run)
     return Loaded(model=_place(model, dtype, device, tokenizer), tokenizer=tokenizer, objective=objective,
-                  mask_id=card.get("mask_id"), shift_logits=bool(card.get("shift_logits", True)),
-                  family=card["family"], source=source, format=fmt, bidirectional=bool(card.get("bidirectional")),
-                  step=int(state["step"]) if "step" in state else None, noise=_noise(objective, noise),
-                  t_range=card_t_range(card))
+                  shift_logits=bool(card.get("shift_logits", True)), family=card["family"], source=source,
+                  format=fmt, bidirectional=bool(card.get("bidirectional")),
+                  step=int(state["step"]) if "step" in state else None)
 
 
 def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, device) -> Loaded:
     """A ``dlmlab train`` run written before ``model.json`` existed (its config.json says everything)."""
-    from dlmlab.training.card import family_of, is_bidirectional
-    from dlmlab.training.lm import load_run
-
     model, cfg, tok = load_run(ck if ck is not None else run)
     family = family_of(model.cfg)
     step = None
     state = (ck or run) / "state.json"
     if state.is_file():
         step = json.loads(state.read_text()).get("step")
-    return Loaded(model=_place(model, dtype, device, tok), tokenizer=tok, objective=cfg.objective,
-                  mask_id=tok.vocab_size if cfg.objective == "mdlm" else None,
-                  shift_logits=cfg.objective != "mdlm", family=family, source=source, format=fmt,
-                  bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step,
-                  noise=_noise(cfg.objective, cfg.noise))
+    objective = run_objective(cfg, tok.vocab_size)
+    return Loaded(model=_place(model, dtype, device, tok), tokenizer=tok, objective=objective,
+                  shift_logits=objective.shift_logits, family=family, source=source, format=fmt,
+                  bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step)
 
 
 def _place(model, dtype, device, tokenizer=None):
@@ -209,20 +214,25 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
 
     model, info = load_hf(p, dtype or torch.float32)
     tok_dir = Path(info.tokenizer_path) if info.tokenizer_path else p
-    objective = "mdlm" if info.objective in ("mdm", "mdlm") else info.objective
+    objective = _hf_objective(info)
     # HFInfo.shift_logits marks Dream's shifted diffusion output only; Loaded.shift_logits also holds for
     # every AR model, whose logits at i - 1 predict token i as well
     shift = bool(info.shift_logits) or objective == "ar"
     tokenizer = _hf_tokenizer(tok_dir)
     return Loaded(model=_place(model, None, device, tokenizer), tokenizer=tokenizer, objective=objective,
-                  mask_id=info.mask_id, shift_logits=shift, family=info.family, source=p,
-                  format=info.format, bidirectional=bool(info.bidirectional), noise=_noise(objective, None))
+                  shift_logits=shift, family=info.family, source=p, format=info.format,
+                  bidirectional=bool(info.bidirectional))
+
+
+def _hf_objective(info):
+    """A Hugging Face model's objective: masked diffusion (LLaDA, Dream: the default linear schedule) or AR."""
+    if info.objective in ("mdm", "mdlm"):
+        return MaskedDiffusionObjective(info.mask_id, LinearSchedule())
+    return ARObjective() if info.objective == "ar" else None
 
 
 def step_checkpoint(p: Path, step: int) -> Path:
     """Checkpoint ``step`` of run folder ``p`` (a one-line error naming the steps it has, if not there)."""
-    from dlmlab.training.checkpoint import list_checkpoints
-
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise UserError(f"step must be a checkpoint's step number (an int >= 0), got {step!r}")
     cks = list_checkpoints(p)
@@ -243,9 +253,6 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
     the steps it has.  A path that is none of these is a one-line :class:`~dlmlab.errors.UserError`
     saying what is accepted.
     """
-    from dlmlab.training.card import read_card
-    from dlmlab.training.checkpoint import latest_checkpoint
-
     p = Path(path)
     if not p.exists():
         raise UserError(f"{p} does not exist; {ACCEPTED}")
@@ -268,7 +275,7 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
         if run is not None and (run / "config.json").is_file() and _hf_config(run) is None:
             return _from_old_run(run, p, p, "checkpoint", dtype, device)
         raise UserError(f"{p} is a checkpoint folder without model.json (and its run folder has no config.json), "
-                        "so its model is unknown; pass the model to dlmlab.training.load_checkpoint instead")
+                        "so its model is unknown; pass the model to dlmlab.rundir.load_checkpoint instead")
     is_run = (p / "checkpoints").is_dir() or (p / "model.json").is_file()
     if is_run:
         ck = latest_checkpoint(p)
@@ -287,4 +294,4 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
     raise UserError(f"{p} is not a folder dlmlab can load; {ACCEPTED}")
 
 
-__all__ = ["Loaded", "load"]
+__all__ = ["Loaded", "load", "step_checkpoint", "is_training_run", "has_run_config"]
