@@ -41,6 +41,19 @@ def test_smoke_end_to_end(tmp_path):
     bb = r["backbone"]
     assert bb["source"] == "pretrained here" and bb["hf_roundtrip_max_logit_diff"] < 1e-4
     assert (tmp_path / "backbone" / "config.json").exists() and (tmp_path / "backbone" / "tokenizer.json").exists()
+    # the saved backbone is the preset's model over the run's tokenizer, and its parameter count is the files'
+    hf = json.loads((tmp_path / "backbone" / "config.json").read_text())
+    mc = data["config"]["model"]
+    assert [hf[k] for k in ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size")] == [
+        mc["d_model"], mc["n_layers"], mc["n_heads"], mc["d_mlp"], mc["max_seq_len"], r["data"]["tokenizer_vocab"]]
+    transformers = pytest.importorskip("transformers")
+    gpt2 = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "backbone")
+    assert bb["params"] == sum(t.numel() for t in gpt2.parameters())  # tied embeddings counted once
+    for name, sp in r["speed"].items():  # tokens / s of the median timed round
+        times = sorted(sp["times_s"])
+        median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+        assert sp["median_s"] == pytest.approx(median, rel=1e-12) and len(times) == sp["repeats"], name
+        assert sp["tokens_per_s"] == pytest.approx(sp["n_tokens"] / median, rel=1e-12), name
     for m in r["methods"].values():
         assert m["val_ppl"] > 1 and m["curve"][0]["step"] == 0
     _check_smoke_numbers(data)

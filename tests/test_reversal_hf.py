@@ -99,13 +99,19 @@ def test_finetune_end_to_end(tmp_path, tokenizer, fmt, objective, shift):
             assert 0 < s[f"{d}_p"] < 1 and 0 < s[f"{d}_p_control"] < 1 and 0 <= s[f"{d}_acc"] <= 1
         assert -1 <= s["grad_cosine"] <= 1 and -1 <= s["grad_cosine_control"] <= 1
         assert len(s["grad_cosine_per_fact"]) == 3
+        # the reported cosine is the mean of the per-fact cosines (float64, plain)
+        assert s["grad_cosine"] == pytest.approx(sum(s["grad_cosine_per_fact"]) / 3, rel=1e-12, abs=1e-15)
+        assert all(-1 - 1e-9 <= c <= 1 + 1e-9 for c in s["grad_cosine_per_fact"])
         if objective == "mdm":
             assert len(s["attn_corr_per_layer"]) == 2 and -1 <= s["attn_corr"] <= 1
+            finite = [c for c in s["attn_corr_per_layer"] if c == c]  # the mean over layers with a correlation
+            assert s["attn_corr"] == pytest.approx(sum(finite) / len(finite), rel=1e-12, abs=1e-15)
         else:
             assert s["attn_corr"] is None  # no A -> B attention in a causal forward document
     assert (tmp_path / "out" / "adapters.safetensors").exists() == (fmt == "llada")
     lines = (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+    assert saved["final_loss"] == json.loads(lines[-1])["loss"]  # the last logged step's loss
 
 
 def test_aligned_lm_prepends_bos_and_realigns_shifted_logits(tmp_path, tokenizer):
