@@ -194,8 +194,14 @@ def test_dlm_training_mask_rates_stay_in_the_preset_range(monkeypatch):
 
     p = dataclasses.replace(PRESETS["smoke"], t_min=0.1, t_max=0.4, steps=3, text_steps=0)
     seen = []
-    monkeypatch.setattr(tr, "train", lambda model, cfg, make_batch, loss_fn, **kw: seen.extend(
-        make_batch(s, torch.Generator().manual_seed(s))["t"] for s in range(1, 4)) or [])
+
+    def fake_train(model, cfg, batches, objective, **kw):  # the batches train() would make at steps 1..3
+        for s in range(1, 4):
+            g = torch.Generator().manual_seed(s)
+            seen.append(objective.make_batch(batches(s, g), g, step=s)["t"])
+        return []
+
+    monkeypatch.setattr(tr, "train", fake_train)
     tr.train_model(p, tr.load_data(p), 1, "dlm", None, progress=False)
     t = torch.cat(seen)
     assert t.min() >= 0.1 and t.max() <= 0.4 and t.max() - t.min() > 0.2
@@ -232,6 +238,21 @@ def test_mask_rate_probe_and_patch_shapes():
     assert narrow.r2 != rep.r2  # the probe data follow the range
 
 
+class _SquaredLogits:
+    """A toy objective: the mean squared logit of the clean tokens (only the weights' movement matters here)."""
+
+    name = "squared_logits"
+
+    def make_batch(self, tokens, gen, step=0, **extra):
+        return {"x": tokens}
+
+    def loss(self, model, batch):
+        return (model(batch["x"]) ** 2).mean(), {}
+
+    def to_card(self):
+        return {"name": self.name}
+
+
 def test_jump_step_and_checkpoint_curve(tmp_path):
     j = emergence.jump_step([(100, 0.0), (200, 0.05), (300, 0.7), (400, 0.9)])
     assert j["largest_increase_step"] == 300 and j["midpoint_step"] == 300 and j["final"] == 0.9
@@ -241,8 +262,7 @@ def test_jump_step_and_checkpoint_curve(tmp_path):
 
     m = tiny_dlm()
     cfg = TrainConfig(steps=4, batch_size=4, ckpt_every=2, keep_checkpoints=0, progress=False, log_every=1)
-    train(m, cfg, lambda s, g: {"x": torch.randint(0, 11, (4, 16), generator=g)},
-          lambda mm, b: ((mm(b["x"]) ** 2).mean(), {"loss": 0.0}), out_dir=tmp_path)
+    train(m, cfg, lambda s, g: torch.randint(0, 11, (4, 16), generator=g), _SquaredLogits(), out_dir=tmp_path)
     curve = emergence.checkpoint_curve(m, tmp_path, lambda mm: float(mm.tok_emb.weight.detach().sum()))
     assert [s for s, _ in curve] == [2, 4] and curve[0][1] != curve[1][1]
     with pytest.raises(FileNotFoundError):
