@@ -13,7 +13,8 @@ from dlmlab.cli.main import main
 from dlmlab.config import ConfigError, from_dict
 from dlmlab.errors import UserError
 from dlmlab.training import TrainConfig, train
-from dlmlab.training.checkpoint import latest_checkpoint
+from dlmlab.objectives import ARObjective, LinearSchedule, LogLinearSchedule, MaskedDiffusionObjective
+from dlmlab.rundir.checkpoint import latest_checkpoint
 from dlmlab.training.lm import RunConfig, config_differences, run_config_dict
 
 
@@ -31,12 +32,26 @@ def yaml_cfg(tmp_path, model="{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len
 
 
 def toy(V=11, B=4, T=8):
-    from dlmlab.objectives import ar_loss
+    from dlmlab.objectives import ARObjective
 
-    def make_batch(step, gen):
-        return {"tokens": torch.randint(0, V, (B, T + 1), generator=gen)}
+    def batches(step, gen):
+        return torch.randint(0, V, (B, T + 1), generator=gen)
 
-    return make_batch, lambda m, b: ar_loss(m, b["tokens"])
+    return batches, ARObjective()
+
+
+class _Custom:
+    """An objective that does not write itself (no to_card): next-token loss on tokens [B, T+1]."""
+
+    name = "custom"
+
+    def make_batch(self, tokens, gen=None, step=0, **extra):
+        return {"tokens": tokens, **extra}
+
+    def loss(self, model, batch):
+        from dlmlab.objectives import ar_loss
+
+        return ar_loss(model, batch["tokens"])
 
 
 # ------------------------------------------------------------------------------------------ bad paths
@@ -101,10 +116,10 @@ def test_config_json_from_before_families_resumes():
     assert from_dict(RunConfig, old) == cfg
 
 
-def test_train_without_objective_or_with_a_custom_model(tmp_path):
+def test_train_without_a_card_objective_or_with_a_custom_model(tmp_path):
     from conftest import tiny_transformer
 
-    train(tiny_transformer(vocab_size=11), TrainConfig(steps=2, batch_size=4, progress=False), *toy(),
+    train(tiny_transformer(vocab_size=11), TrainConfig(steps=2, batch_size=4, progress=False), toy()[0], _Custom(),
           out_dir=tmp_path / "a")
     run = dlmlab.load(tmp_path / "a")
     assert (run.objective, run.mask_id, run.tokenizer, run.format) == (None, None, None, "run")
@@ -121,25 +136,67 @@ def test_train_without_objective_or_with_a_custom_model(tmp_path):
     assert not (tmp_path / "b" / "model.json").exists()
     with pytest.raises(UserError, match="without model.json"):
         dlmlab.load(tmp_path / "b")
-    with pytest.raises(UserError, match="'dlm' is an old name .* 'mdlm'"):
-        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
-              out_dir=tmp_path / "c", objective="dlm", mask_id=10)
-    with pytest.raises(UserError, match="needs its mask_id"):
-        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
-              out_dir=tmp_path / "d", objective="mdlm")
+    with pytest.raises(UserError, match="needs an objective"):
+        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), toy()[0], "ar")
+    with pytest.raises(UserError, match=r"mask_id must be a token id in \[0, 11\), got 11"):
+        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), toy(V=10, T=7)[0],
+              MaskedDiffusionObjective(11), out_dir=tmp_path / "d")
+
+
+def test_the_objective_travels_from_train_to_card_to_load(tmp_path):
+    """Every field of the objective (mask id, noise schedule, t_range, pad_id; AR's pad_id, per_row, float32) is
+    written into model.json and comes back from dlmlab.load as an equal objective."""
+    from conftest import tiny_transformer
+
+    objectives = {"mdlm": MaskedDiffusionObjective(10, LogLinearSchedule(eps=0.01), t_range=(0.1, 0.5), pad_id=3),
+                  "ar": ARObjective(pad_id=2, per_row=True, float32=True)}
+    for name, obj in objectives.items():
+        model = tiny_transformer(vocab_size=11, attn_mask="bidirectional" if name == "mdlm" else "causal")
+        train(model, TrainConfig(steps=1, batch_size=4, progress=False), toy(V=10, T=7 if name == "mdlm" else 8)[0], obj,
+              out_dir=tmp_path / name)
+        card = json.loads((tmp_path / name / "model.json").read_text())
+        assert {k: card[k] for k in obj.to_card()} == obj.to_card()
+        run = dlmlab.load(tmp_path / name)
+        assert run.objective == obj and run.objective == name and run.objective_name == name
+        assert (run.mask_id, run.pad_id) == (getattr(obj, "mask_id", None), obj.pad_id)
+        assert run.shift_logits == (name == "ar") and card["shift_logits"] == (name == "ar")
+    run = dlmlab.load(tmp_path / "mdlm")
+    assert (run.noise, run.t_range) == (LogLinearSchedule(eps=0.01), (0.1, 0.5))
+
+
+def test_a_card_written_the_old_way_still_loads(tmp_path):
+    """A model.json of before issue 28 (objective / mask_id / shift_logits by hand, no pad_id; an old mdlm card
+    without noise) loads: the objective from its fields, the missing ones at their defaults."""
+    from conftest import tiny_transformer
+
+    train(tiny_transformer(vocab_size=11, attn_mask="bidirectional"), TrainConfig(steps=1, batch_size=4, progress=False),
+          toy(V=10, T=7)[0], MaskedDiffusionObjective(10), out_dir=tmp_path / "r")
+    new = json.loads((tmp_path / "r" / "model.json").read_text())
+    old = {k: new[k] for k in ("format", "version", "family", "config")}
+    old.update({"objective": "mdlm", "mask_id": 10, "shift_logits": False, "bidirectional": True,
+                "t_range": [0.02, 0.5]})  # as training/card.py wrote it (an old run: no noise, no pad_id)
+    for f in (tmp_path / "r").rglob("model.json"):
+        f.write_text(json.dumps(old))
+    run = dlmlab.load(tmp_path / "r")
+    assert run.objective == MaskedDiffusionObjective(10, LinearSchedule(), t_range=(0.02, 0.5), pad_id=None)
+    assert (run.mask_id, run.noise, run.t_range, run.pad_id, run.shift_logits) == (10, LinearSchedule(), (0.02, 0.5),
+                                                                                    None, False)
+    for f in (tmp_path / "r").rglob("model.json"):
+        f.write_text(json.dumps({**old, "objective": "ar", "mask_id": None, "shift_logits": True}))
+    assert dlmlab.load(tmp_path / "r").objective == ARObjective()
+    for f in (tmp_path / "r").rglob("model.json"):
+        f.write_text(json.dumps({**old, "objective": "dlm"}))
+    with pytest.raises(UserError, match="'dlm' is an old name of masked diffusion; write 'mdlm'"):
+        dlmlab.load(tmp_path / "r")
 
 
 def test_a_cards_mask_time_range_is_checked(tmp_path):
     from conftest import tiny_transformer
 
-    with pytest.raises(UserError, match="belongs to objective 'mdlm', not 'ar'"):
-        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
-              out_dir=tmp_path / "a", objective="ar", t_range=(0.1, 0.5))
     with pytest.raises(UserError, match=r"t_range must satisfy 0 <= lo < hi <= 1, got \[0.5, 0.1\]"):
-        train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
-              out_dir=tmp_path / "b", objective="mdlm", mask_id=10, t_range=(0.5, 0.1))
-    train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), *toy(),
-          out_dir=tmp_path / "c", objective="mdlm", mask_id=10, t_range=(0.1, 0.5))
+        MaskedDiffusionObjective(10, t_range=(0.5, 0.1))
+    train(tiny_transformer(vocab_size=11), TrainConfig(steps=1, progress=False), toy(V=10, T=7)[0],
+          MaskedDiffusionObjective(10, t_range=(0.1, 0.5)), out_dir=tmp_path / "c")
     assert dlmlab.load(tmp_path / "c").t_range == (0.1, 0.5)
     card = json.loads((tmp_path / "c" / "model.json").read_text())
     for f in (tmp_path / "c").rglob("model.json"):  # the run's card and each checkpoint's
@@ -213,7 +270,7 @@ def test_import_dlmlab_stays_cheap():
     import subprocess
     import sys
 
-    code = "import sys, dlmlab; print(sorted(m for m in ('torch', 'dlmlab.loading') if m in sys.modules))"
+    code = "import sys, dlmlab; print(sorted(m for m in ('torch', 'dlmlab.rundir.load') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from conftest import tiny_transformer
-from dlmlab.objectives import ar_loss
-from dlmlab.training import (CheckpointError, TrainConfig, latest_checkpoint, list_checkpoints, load_checkpoint,
-                             lr_at, save_checkpoint, train)
-from dlmlab.training import checkpoint as ckmod
+from dlmlab.objectives import ARObjective
+from dlmlab.rundir import checkpoint as ckmod
+from dlmlab.rundir.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint,
+                                      save_checkpoint)
+from dlmlab.training import TrainConfig, lr_at, train
 
 BIN = Path(sys.executable).parent
 
@@ -34,7 +35,7 @@ def toy_task(V=23, B=8, T=12):
     def make_batch(step, gen):
         return {"tokens": torch.randint(0, V, (B, T + 1), generator=gen)}
 
-    return make_batch, lambda m, b: ar_loss(m, b["tokens"])
+    return make_batch, ARObjective()
 
 
 def losses(rows):
