@@ -20,6 +20,8 @@ from run_util import induction_preset
 ARObjective = getattr(O, "ARObjective", None)
 MaskedDiffusionObjective = getattr(O, "MaskedDiffusionObjective", None)
 TaggingObjective = getattr(O, "TaggingObjective", None)
+GivenMaskObjective = getattr(O, "GivenMaskObjective", None)
+PrefixDiffusionObjective = getattr(O, "PrefixDiffusionObjective", None)
 Objective = getattr(O, "Objective", None)
 
 
@@ -28,7 +30,7 @@ def spy(monkeypatch):
     """Records the class of every objective whose ``loss`` runs."""
     seen = []
     assert ARObjective is not None, "dlmlab.objectives has no Objective classes"
-    for cls in (ARObjective, MaskedDiffusionObjective, TaggingObjective):
+    for cls in (ARObjective, MaskedDiffusionObjective, TaggingObjective, GivenMaskObjective, PrefixDiffusionObjective):
         orig = cls.loss
 
         def wrapped(self, model, batch, *a, _orig=orig, **kw):
@@ -82,10 +84,13 @@ def test_every_training_site_scores_through_an_objective(spy, tmp_path):
     task = PositionalRelations(REV["smoke"].task, 0)
     mb, lf = make_objective(task, "mdm_mdlm", 8)
     model = build_model(REV["smoke"], task, "mdm_mdlm", "learned", 0)
-    b = mb(1, torch.Generator().manual_seed(1))
-    assert torch.equal(lf(model, b)[0], MaskedDiffusionObjective(task.mask_id).loss(model, b)[0])
+    g = torch.Generator().manual_seed(1)
+    b = O.step_batch(lf, mb(1, g), g, 1)
+    assert torch.equal(lf.loss(model, b)[0], MaskedDiffusionObjective(task.mask_id).loss(model, b)[0])
     assert spy == ["MaskedDiffusionObjective"] * 2
     spy.clear()
+    for kind, mask in (("mdm", task.mask_id), ("arm", None)):  # forward-only queries: the given-mask objective
+        assert make_objective(task, kind, 8)[1] == GivenMaskObjective(mask)
 
     torch.manual_seed(0)
     bb = Transformer(TransformerConfig(vocab_size=30, d_model=16, n_layers=1, n_heads=2, d_mlp=32, max_seq_len=16))
@@ -116,8 +121,9 @@ def test_prediff_methods_draw_their_batch_through_one_objective(method):
     assert isinstance(method_objective(METHODS["ar_control"], 16, 10), O.ARObjective)
     stream = torch.randint(0, 30, (400,))
     mb, lf = make_task(m, stream, 16, 4, 10)
-    assert lf.__self__.__class__ is PrefixDiffusionObjective
-    b = mb(3, torch.Generator().manual_seed(7))
+    assert type(lf) is PrefixDiffusionObjective and lf == obj and lf.name == "prefix_diffusion"
+    g0 = torch.Generator().manual_seed(7)
+    b = O.step_batch(lf, mb(3, g0), g0, 3)
     g = torch.Generator().manual_seed(7)
     x = TokenStream.windows(stream, 4, 16, g)
     t = cosine_mask_rates(4, g)
@@ -142,13 +148,14 @@ def test_dlmlab_train_task_is_the_objective(objective, spy):
                     noise=CosineSchedule(t_lo=0.1) if objective == "mdlm" else None)
     stream = TokenStream(torch.randint(0, 20, (400,), generator=torch.Generator().manual_seed(0)), 0.1)
     mb, lf = make_lm_task(cfg, stream, 20)
-    b = mb(1, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    b = O.step_batch(lf, mb(1, g), g, 1)
     from dlmlab.models import Transformer
 
     torch.manual_seed(0)
     model = Transformer(dataclasses.replace(cfg.model, vocab_size=21))
     ref = ARObjective() if objective == "ar" else MaskedDiffusionObjective(20, CosineSchedule(t_lo=0.1))
-    assert torch.equal(lf(model, b)[0], ref.loss(model, b)[0])
+    assert torch.equal(lf.loss(model, b)[0], ref.loss(model, b)[0]) and lf == ref
     if objective == "mdlm":
         assert (b["t"] >= 0.1).all()  # drawn through the named schedule's range
     assert spy == [type(ref).__name__] * 2
@@ -159,3 +166,52 @@ def TransformerConfigFor(objective):
 
     return TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_mlp=32, max_seq_len=16,
                              attn_mask="causal" if objective == "ar" else "bidirectional")
+
+
+def test_the_given_mask_objective_is_the_query_loss():
+    """The reversal study's forward-only loss, now an objective: the NLL of the target at the given position equals
+    the query analysis's loss (bit for bit), with the mask written at the query position."""
+    from dlmlab.studies.reversal.presets import PRESETS as REV
+    from dlmlab.studies.reversal.queries import query_loss
+    from dlmlab.studies.reversal.synthetic import build_model, queries
+    from dlmlab.tasks.positional_relations import PositionalRelations
+
+    task = PositionalRelations(REV["smoke"].task, 0)
+    lay = task.sample_layout(8, torch.Generator().manual_seed(2))
+    for kind in ("mdm", "arm"):
+        model = build_model(REV["smoke"], task, kind, "rope", 0)
+        q = queries(task, kind, lay)[0]
+        obj = GivenMaskObjective(task.mask_id if kind == "mdm" else None)
+        clean = q.tokens.clone()
+        if kind == "mdm":
+            clean[torch.arange(8), q.query_pos] = q.target  # the mask is written by make_batch
+        b = obj.make_batch(clean, None, query_pos=q.query_pos, target=q.target)
+        assert torch.equal(b["tokens"], q.tokens)
+        loss, metrics = obj.loss(model, b)
+        assert torch.equal(loss, query_loss(model, q)) and torch.equal(metrics["loss"], loss.detach())
+        assert obj.shift_logits == (kind == "arm")
+
+
+@pytest.mark.parametrize("obj", [
+    lambda: ARObjective(pad_id=4, per_row=True), lambda: MaskedDiffusionObjective(9, "cosine", (0.2, 0.6), pad_id=1),
+    lambda: GivenMaskObjective(7), lambda: TaggingObjective(),
+    lambda: PrefixDiffusionObjective(16, 10, 0.25, "mdlm_bound", "loglinear", "hybrid_annealed", 0.3, 0.4)])
+def test_every_objective_writes_itself_and_reads_back_equal(obj):
+    import json
+
+    o = obj()
+    card = json.loads(json.dumps(o.to_card()))  # JSON-ready
+    assert card["objective"] == o.name and O.objective_from_card(card) == o and o == o.name
+    assert O.objective_from_card({"objective": None}) is None
+
+
+def test_metrics_are_tensors_without_a_host_sync():
+    """Objectives return their metrics as detached 0-d tensors: the loop converts them on logged steps only."""
+    from conftest import tiny_transformer
+
+    x = torch.randint(0, 20, (4, 9), generator=torch.Generator().manual_seed(0))
+    model = tiny_transformer(vocab_size=21, attn_mask="bidirectional")
+    for obj, tokens in ((ARObjective(), x), (MaskedDiffusionObjective(20), x[:, :8])):
+        g = torch.Generator().manual_seed(1)
+        _, metrics = obj.loss(model, obj.make_batch(tokens, g))
+        assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in metrics.values())

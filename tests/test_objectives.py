@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_transformer
-from dlmlab.objectives import ar_loss, corrupt, elbo_bound, given_mask_loss, masked_nll, mdlm_loss
+from dlmlab.objectives import (MaskedDiffusionObjective, ar_loss, corrupt, elbo_bound, given_mask_loss, masked_nll,
+                               mdlm_loss)
 from dlmlab.objectives import schedule
 from dlmlab.objectives.mdlm import log_probs_no_mask
 from dlmlab.training import TrainConfig, train
@@ -121,14 +122,13 @@ def test_mdlm_bound_finite_and_decreasing_when_training():
 
     def make_batch(step, gen):
         starts = torch.randint(0, len(base) - 16, (16,), generator=gen)
-        x = torch.stack([base[s:s + 16] for s in starts.tolist()])
-        return {"tokens": x, "t": schedule.LinearSchedule().sample_t(16, gen), "noise": torch.rand(x.shape, generator=gen)}
+        return torch.stack([base[s:s + 16] for s in starts.tolist()])
 
     val = torch.stack([base[s:s + 16] for s in range(0, 200, 20)])
     before = elbo_bound(model, val, MASK, n_samples=4)
     assert math.isfinite(before) and before > 0
     hist = train(model, TrainConfig(steps=150, batch_size=16, lr=1e-2, warmup_steps=10, progress=False, log_every=15),
-                 make_batch, lambda m, b: mdlm_loss(m, b["tokens"], MASK, t=b["t"], noise=b["noise"]))
+                 make_batch, MaskedDiffusionObjective(MASK))
     after = elbo_bound(model, val, MASK, n_samples=4)
     assert all(math.isfinite(r["loss"]) for r in hist)
     assert math.isfinite(after) and after < 0.6 * before
