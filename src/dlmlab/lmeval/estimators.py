@@ -18,17 +18,19 @@ model runs one forward per row, and :func:`combine` turns the cross-entropies ``
 
   - exact when ``2^L - 1 <= mc_num``: every non-empty subset once, weighted ``1 / (l * C(L, l))``
     (standard error 0);
-  - otherwise counts stratified over all ``mc_num`` rows at once (``l_j = floor((j + u) L / K) + 1``),
-    rows split in two folds (alternate counts, so each fold is stratified too), each fold's masks tiled
-    along its own random permutation (a row's mask is a uniform l-subset; a fold's consecutive rows mask
-    consecutive stretches of the permutation, so positions are covered evenly), and a cross-fitted
-    control variate for position difficulty: a position's difficulty ``d_i`` is its mean residual
-    ``CE_i - mean_{j in M} CE_j`` over the *other* fold's rows (shrunk to 0 by one pseudo-count), and a row
-    scores ``(L / l) sum_{i in M} (CE_i - d_i) + sum_i d_i``: unbiased given the other fold, since a
-    uniform l-subset's mean of ``d`` is the mean of ``d`` and the folds' permutations are independent.
+  - otherwise row 0 masks the whole continuation: ``f(L)`` exactly, and every position's cross-entropy
+    ``c_i`` with no continuation context.  The other ``mc_num - 1`` rows take counts stratified over 1..L-1
+    (``l_j = floor((j + u)(L - 1) / (mc_num - 1)) + 1``), are split in ``FOLDS`` folds (row j in fold
+    ``j mod FOLDS``: each fold stratified too), each fold's masks tiled along its own random permutation (a row's
+    mask is a uniform l-subset; a fold's rows cover the positions evenly), and each row's masked
+    cross-entropies get a control variate fitted on the other folds (:mod:`dlmlab.lmeval.control`: a ridge
+    regression on ``c_i``, the mask rate, whether the neighbours are masked, and a per-position intercept, whose
+    expectation over the row's uniform subset is exact).  ``NELBO = mean_i c_i + (L - 1) mean_j value_j``.
+  - ``mc_num = 1`` (L >= 2): one row of a uniformly drawn count, ``(L / l) sum_{i in M} CE_i``.
 
 Standard errors: rows come one per count stratum, so both use the collapsed-strata estimator (rows
-sorted by count, adjacent pairs: ``Var(Y_a + Y_b) ~ (Y_a - Y_b)^2``), slightly conservative.
+sorted by count, adjacent pairs: ``Var(Y_a + Y_b) ~ (Y_a - Y_b)^2``), slightly conservative; the fully
+masked row of ``dlmlab`` is exact.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ import math
 import torch
 
 from dlmlab.errors import UserError
+from dlmlab.lmeval import control
 
 METHODS = ("llada", "dlmlab")
-FOLDS = 2  # dlmlab: rows j = f (mod FOLDS) form fold f
+FOLDS = 4  # dlmlab: rows j = f (mod FOLDS) of the stratified rows form fold f
 
 
 def _check(method: str, L: int, mc_num: int) -> None:
@@ -98,15 +101,18 @@ def plan(method: str, L: int, mc_num: int, generator: torch.Generator, batch: in
         return torch.stack([_subset(L, int(c), generator) for c in counts])
     if is_exact(method, L, mc_num):
         return exact_masks(L)
-    counts = stratified_counts(L, mc_num, generator)
-    masks = torch.zeros(mc_num, L, dtype=torch.bool)
+    if mc_num == 1:
+        return _subset(L, int(stratified_counts(L, 1, generator)[0]), generator)[None]
+    R = mc_num - 1
+    counts = stratified_counts(L - 1, R, generator)
+    masks = torch.zeros(R, L, dtype=torch.bool)
     for f in range(FOLDS):  # each fold tiles its rows along its own random permutation
-        rows = list(range(f, mc_num, FOLDS))
+        rows = list(range(f, R, FOLDS))
         perm = torch.randperm(L, generator=generator)
         c = counts[rows]
         for r, s, n in zip(rows, (torch.cumsum(c, 0) - c).tolist(), c.tolist()):
             masks[r, perm[(s + torch.arange(n)) % L]] = True
-    return masks
+    return torch.cat([torch.ones(1, L, dtype=torch.bool), masks])
 
 
 def _collapsed_se(values: torch.Tensor, counts: torch.Tensor) -> float:
@@ -129,30 +135,20 @@ def exact_weights(masks: torch.Tensor) -> torch.Tensor:
     return torch.tensor([1.0 / (c * math.comb(L, c)) for c in counts.tolist()], dtype=torch.float64)
 
 
-def _difficulty(ce: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """Per-position difficulty [L]: mean residual ``CE_i - row mean`` over the rows masking i, shrunk by 1."""
-    m = masks.double()
-    row_mean = (ce * m).sum(1) / m.sum(1).clamp(min=1)
-    resid = (ce - row_mean[:, None]) * m
-    return resid.sum(0) / (m.sum(0) + 1.0)
-
-
 def row_values(method: str, masks: torch.Tensor, ce: torch.Tensor) -> torch.Tensor:
-    """Each row's unbiased estimate of the NELBO [R] (not for the exact enumeration)."""
-    m = masks.double()
-    ce = torch.where(masks, ce.double(), torch.zeros((), dtype=torch.float64))
+    """Each row's unbiased estimate [R]: of the NELBO (``llada``, and a one-row ``dlmlab`` plan), or of
+    ``f(l)`` for the stratified rows 1.. of a ``dlmlab`` plan (row 0, fully masked, gets ``f(L)``)."""
     L = masks.shape[1]
-    counts = m.sum(1)
-    if method == "llada":
-        return L / counts * ce.sum(1)
-    fold = torch.arange(masks.shape[0]) % FOLDS
-    out = torch.empty(masks.shape[0], dtype=torch.float64)
-    for f in range(FOLDS):
-        mine, other = fold == f, fold != f
-        d = _difficulty(ce[other], masks[other]) if other.any() else torch.zeros(L, dtype=torch.float64)
-        adj = (ce[mine] - d[None]) * m[mine]
-        out[mine] = L / counts[mine] * adj.sum(1) + d.sum()
-    return out
+    if method == "dlmlab" and _controlled(masks):
+        c = ce[0].double()
+        return torch.cat([c.mean()[None], control.row_values(masks[1:], ce[1:], c, FOLDS)])
+    ce = torch.where(masks, ce.double(), torch.zeros((), dtype=torch.float64))
+    return L / masks.double().sum(1) * ce.sum(1)
+
+
+def _controlled(masks: torch.Tensor) -> bool:
+    """A ``dlmlab`` plan of the fully masked row and stratified rows (not one row, not the enumeration)."""
+    return masks.shape[0] >= 2 and bool(masks[0].all())
 
 
 def combine(method: str, masks: torch.Tensor, ce: torch.Tensor) -> tuple[float, float]:
@@ -164,6 +160,9 @@ def combine(method: str, masks: torch.Tensor, ce: torch.Tensor) -> tuple[float, 
         ce = torch.where(masks, ce.double(), torch.zeros((), dtype=torch.float64))
         return float((exact_weights(masks) * ce.sum(1)).sum()), 0.0
     y = row_values(method, masks, ce)
+    if method == "dlmlab" and _controlled(masks):
+        rest = y[1:]
+        return float(y[0] + (L - 1) * rest.mean()), (L - 1) * _collapsed_se(rest, masks[1:].sum(1))
     return float(y.mean()), _collapsed_se(y, masks.sum(1))
 
 

@@ -111,7 +111,8 @@ class DiffusionScorer:
                 chunk = idx[s:s + self.batch_size]
                 x = torch.tensor([keys[i][1:] for i in chunk], dtype=torch.long)
                 logits = self.den(x.to(self.device), clean_len=ctx_len, t=torch.ones(len(chunk)))
-                logp = log_probs_no_mask(logits[:, ctx_len:].float(), self.mask_id).cpu()
+                lg = logits[:, ctx_len:]
+                logp = log_probs_no_mask(lg if lg.dtype == torch.float64 else lg.float(), self.mask_id).cpu()
                 for r, i in enumerate(chunk):
                     for q, j in users[i]:
                         cont = requests[q][1]
