@@ -11,7 +11,7 @@ import torch
 
 from dlmlab.models import Transformer
 from dlmlab.models.config import TransformerConfig
-from dlmlab.objectives import mdlm_loss
+from dlmlab.objectives import MaskedDiffusionObjective
 from dlmlab.training import TrainConfig, train
 from dlmlab.training.distributed import init_from_env
 from dlmlab.training.fsdp import full_state_dict, shard
@@ -38,14 +38,13 @@ def make_batch(step, gen):
     return {"tokens": x, "t": torch.rand(8, generator=gen).clamp(min=0.05), "noise": torch.rand(x.shape, generator=gen)}
 
 
-def loss_fn(m, batch):
-    return mdlm_loss(m, batch["tokens"], MASK, t=batch["t"], noise=batch["noise"])
+OBJECTIVE = MaskedDiffusionObjective(MASK)  # the batch's own t / noise are kept (pre-drawn: extra tensors)
 
 
 def run(lora: bool, ctx) -> dict:
     model = shard(build(lora), ctx)
     cfg = TrainConfig(steps=6, batch_size=8, lr=1e-2, warmup_steps=0, weight_decay=0.01, log_every=1, progress=False)
-    hist = train(model, cfg, make_batch, loss_fn, ctx=ctx, parallel="fsdp")
+    hist = train(model, cfg, make_batch, OBJECTIVE, ctx=ctx, parallel="fsdp")
     return {"loss": [r["loss"] for r in hist], "grad_norm": [r["grad_norm"] for r in hist],
             "state": full_state_dict(model)}
 

@@ -11,7 +11,7 @@ import torch
 
 from dlmlab.cli.main import main
 from dlmlab.errors import UserError
-from dlmlab.loading import load
+from dlmlab.rundir.load import load
 from run_util import write_run_cfg
 
 
@@ -63,7 +63,7 @@ def test_train_steps_extends_a_finished_run_like_one_longer_run(tmp_path, capsys
 
 
 def test_pruning_prints_one_line_naming_kept_and_removed_checkpoints(tmp_path, capsys):
-    from dlmlab.training.checkpoint import list_checkpoints, save_checkpoint
+    from dlmlab.rundir.checkpoint import list_checkpoints, save_checkpoint
 
     m = torch.nn.Linear(2, 2)
     for step in (1, 2):

@@ -13,7 +13,7 @@ import dlmlab
 from dlmlab.analysis.layer_probes import probe_layers, residual_layers
 from dlmlab.analysis.patching import patch_positions
 from dlmlab.cli.main import main
-from dlmlab.training.checkpoint import latest_checkpoint
+from dlmlab.rundir.checkpoint import latest_checkpoint
 
 STEPS = 3
 T = 12
@@ -128,7 +128,7 @@ def test_train_load_and_analyse_every_family(tmp_path, family, objective):
 def test_a_run_of_python_train_loads_with_its_mask_id(tmp_path):
     from dlmlab.data.tokenizer import CharTokenizer
     from dlmlab.models.factory import build_model
-    from dlmlab.objectives import mdlm_loss
+    from dlmlab.objectives import MaskedDiffusionObjective
     from dlmlab.training import TrainConfig, train
 
     _, text = corpus(tmp_path)
@@ -138,16 +138,13 @@ def test_a_run_of_python_train_loads_with_its_mask_id(tmp_path):
     torch.manual_seed(0)
     model = build_model("gru", vocab_size=tok.vocab_size + 1, d_model=16, n_layers=1)
 
-    def make_batch(step, gen):
+    def batches(step, gen):
         start = torch.randint(0, len(ids) - T, (4,), generator=gen)
-        return {"tokens": torch.stack([ids[s:s + T] for s in start.tolist()])}
-
-    def loss_fn(m, b):
-        return mdlm_loss(m, b["tokens"], mask_id, generator=torch.Generator().manual_seed(1))
+        return torch.stack([ids[s:s + T] for s in start.tolist()])
 
     out = tmp_path / "py"
-    train(model, TrainConfig(steps=2, batch_size=4, progress=False, log_every=1), make_batch, loss_fn,
-          out_dir=out, objective="mdlm", mask_id=mask_id, tokenizer=tok)
+    train(model, TrainConfig(steps=2, batch_size=4, progress=False, log_every=1), batches,
+          MaskedDiffusionObjective(mask_id), out_dir=out, tokenizer=tok)
     run = dlmlab.load(out)
     assert (run.family, run.objective, run.mask_id, run.shift_logits) == ("gru", "mdlm", mask_id, False)
     assert run.tokenizer.chars == tok.chars

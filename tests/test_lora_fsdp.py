@@ -48,7 +48,7 @@ def test_lora_only_adapters_train_and_loss_falls():
 
     cfg = TrainConfig(steps=40, batch_size=8, lr=3e-2, warmup_steps=0, schedule="constant", log_every=1,
                       weight_decay=0.01, progress=False)
-    hist = train(model, cfg, fixed_batch, W.loss_fn, ctx=DistContext(), parallel="fsdp")
+    hist = train(model, cfg, fixed_batch, W.OBJECTIVE, ctx=DistContext(), parallel="fsdp")
     assert hist[-1]["loss"] < 0.7 * hist[0]["loss"]
     for n, p in model.named_parameters():
         if n in base:

@@ -23,9 +23,10 @@ import torch
 from conftest import tiny_transformer
 from dlmlab.cli.main import main
 from dlmlab.errors import UserError
-from dlmlab.objectives import ar_loss
-from dlmlab.training import TrainConfig, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint, train
-from dlmlab.training import checkpoint as ckmod
+from dlmlab.objectives import ARObjective
+from dlmlab.rundir import checkpoint as ckmod
+from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from dlmlab.training import TrainConfig, train
 
 BIN = Path(sys.executable).parent
 
@@ -55,13 +56,13 @@ def _cfg(tmp_path: Path, steps: int = 4, ckpt: int = 2, lr: str = "3.0e-3", name
 
 
 def _toy(V: int = 23, B: int = 4, T: int = 8, crash_at: int | None = None):
-    """(make_batch, loss_fn) of a random-token LM task; ``crash_at``: make_batch raises at that step."""
+    """(make_batch, objective) of a random-token LM task; ``crash_at``: make_batch raises at that step."""
     def make_batch(step, gen):
         if step == crash_at:
             raise RuntimeError("simulated crash")
         return {"tokens": torch.randint(0, V, (B, T + 1), generator=gen)}
 
-    return make_batch, lambda m, b: ar_loss(m, b["tokens"])
+    return make_batch, ARObjective()
 
 
 def _steps(rows: list[dict]) -> list[int]:
@@ -343,15 +344,16 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     make_batch, _ = _toy()
     calls = {"n": 0}
 
-    def loss_fn(m, b):
-        calls["n"] += 1
-        loss, metrics = ar_loss(m, b["tokens"])
-        return (loss * float("nan"), metrics) if calls["n"] >= 7 else (loss, metrics)
+    class TurnsNaN(ARObjective):
+        def loss(self, m, b):
+            calls["n"] += 1
+            loss, metrics = super().loss(m, b)
+            return (loss * float("nan"), metrics) if calls["n"] >= 7 else (loss, metrics)
 
     out = tmp_path / "run"
     cfg = TrainConfig(steps=20, ckpt_every=5, **CFG)
     with pytest.raises(UserError, match="step 7.*NaN or infinite.*step_0000005"):
-        train(tiny_transformer(), cfg, make_batch, loss_fn, out_dir=out)
+        train(tiny_transformer(), cfg, make_batch, TurnsNaN(), out_dir=out)
     assert [s for s, _ in list_checkpoints(out)] == [5]
     assert latest_checkpoint(out).name == "step_0000005"
     assert _steps(_strict_rows(out / "metrics.jsonl")) == [1, 2, 3, 4, 5, 6]

@@ -120,7 +120,7 @@ def test_config_mismatch_names_the_fields_first(runs, tmp_path, capsys):
 
 def test_checkpoint_of_another_family_is_one_sentence(runs):
     from dlmlab.models.factory import build_model
-    from dlmlab.training.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+    from dlmlab.rundir.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 
     mamba = build_model("mamba", vocab_size=65, n_out=65, d_model=16, n_layers=1)
     with pytest.raises(CheckpointError) as e:
@@ -129,7 +129,7 @@ def test_checkpoint_of_another_family_is_one_sentence(runs):
 
 
 def test_truncated_checkpoint_suggests_only_what_exists(runs, tmp_path, capsys):
-    from dlmlab.training.checkpoint import latest_checkpoint
+    from dlmlab.rundir.checkpoint import latest_checkpoint
 
     alone = tmp_path / "ck"
     shutil.copytree(latest_checkpoint(runs["ar"]), alone)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from dlmlab.models import Transformer, TransformerConfig
+from dlmlab.objectives import step_batch
 from dlmlab.prediff import METHODS, MethodConfig, PreDiffLM, add_mask_token, annealed_mask, diffusion_loss, make_task
 
 
@@ -89,9 +90,10 @@ def test_every_method_takes_a_step(name):
     bb = tiny().float()
     model = bb if not meth.is_diffusion else PreDiffLM(bb, attention=meth.final_attention, shift=meth.shift)
     stream = torch.randint(0, 50, (500,))
-    make_batch, loss_fn = make_task(meth, stream, seq_len=16, batch=4, steps=10)
-    b = make_batch(3, torch.Generator().manual_seed(0))
-    loss, met = loss_fn(model, b)
+    make_batch, objective = make_task(meth, stream, seq_len=16, batch=4, steps=10)
+    g = torch.Generator().manual_seed(0)
+    b = step_batch(objective, make_batch(3, g), g, 3)
+    loss, met = objective.loss(model, b)
     loss.backward()
     assert torch.isfinite(loss) and "loss" in met
 

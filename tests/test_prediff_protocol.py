@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from dlmlab.config import ConfigError
+from dlmlab.objectives import step_batch
 from dlmlab.prediff import METHODS, diffusion_loss, eval_original_weighting, make_task, prompt_length
 from dlmlab.prediff.objectives import COSINE_T_RANGE, cosine_mask_rates
 from dlmlab.studies.prediff.claims import compute_claims
@@ -36,8 +37,9 @@ def test_prompt_is_a_fixed_fraction_of_each_window():
     with pytest.raises(ConfigError):
         prompt_length(1.0, 8)
     stream = torch.randint(0, 50, (2000,))
-    make_batch, _ = make_task(METHODS["prediff"], stream, seq_len=16, batch=6, steps=10, prompt_frac=0.5)
-    b = make_batch(0, torch.Generator().manual_seed(0))
+    make_batch, obj = make_task(METHODS["prediff"], stream, seq_len=16, batch=6, steps=10, prompt_frac=0.5)
+    g = torch.Generator().manual_seed(0)
+    b = step_batch(obj, make_batch(0, g), g, 0)
     assert b["prompt_len"].tolist() == [8] * 6
     assert PreDiffPreset().prompt_len == 32
     with pytest.raises(ConfigError, match="prompt_frac"):
@@ -54,11 +56,16 @@ def test_cosine_mask_rates_follow_the_study_schedule():
     for x in (0.2, 0.5, 0.9):
         assert abs(float((t <= x).float().mean()) - (1 - 2 / math.pi * math.acos(x))) < 0.01
     stream = torch.randint(0, 50, (2000,))
-    mb_ce, _ = make_task(METHODS["prediff"], stream, 16, 4, 10, loss="masked_ce")
-    mb_b, _ = make_task(METHODS["prediff"], stream, 16, 4, 10, loss="mdlm_bound")
-    t_ce = torch.cat([mb_ce(i, torch.Generator().manual_seed(i))["t"] for i in range(200)])
+    task_ce = make_task(METHODS["prediff"], stream, 16, 4, 10, loss="masked_ce")
+    task_b = make_task(METHODS["prediff"], stream, 16, 4, 10, loss="mdlm_bound")
+
+    def draw(task, i):
+        g = torch.Generator().manual_seed(i)
+        return step_batch(task[1], task[0](i, g), g, i)
+
+    t_ce = torch.cat([draw(task_ce, i)["t"] for i in range(200)])
     assert float(t_ce.min()) >= lo - 1e-6 and float((t_ce > 0.5).float().mean()) > 0.6  # cosine: mostly high rates
-    assert float(mb_b(0, torch.Generator().manual_seed(1))["t"].min()) >= 1e-3
+    assert float(draw(task_b, 1)["t"].min()) >= 1e-3
 
 
 def test_both_training_losses_on_hand_made_logits():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dlmlab.cli.main import main
-from dlmlab.loading import load
+from dlmlab.rundir.load import load
 from dlmlab.sampling.ar import sample_ar
 from run_util import write_run_cfg
 

@@ -116,10 +116,11 @@ def _reserved_ids_run(tmp_path, objective: str):
     model = Transformer(TransformerConfig(vocab_size=vocab, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
                                           max_seq_len=16, attn_mask="bidirectional" if mdlm else "causal"))
     run = tmp_path / objective
+    from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
+
     train(model, TrainConfig(steps=1, batch_size=2, lr=1e-6, progress=False),
-          lambda step, g: {"x": torch.randint(0, tok.vocab_size, (2, 8), generator=g)},
-          lambda m, b: (m(b["x"]).float().mean() * 0, {}), out_dir=run, objective=objective,
-          mask_id=vocab - 1 if mdlm else None, tokenizer=tok)
+          lambda step, g: torch.randint(0, tok.vocab_size, (2, 8), generator=g),
+          MaskedDiffusionObjective(vocab - 1) if mdlm else ARObjective(), out_dir=run, tokenizer=tok)
     return run, tok
 
 

@@ -12,7 +12,7 @@ import torch
 from browser_util import browser, console_errors  # noqa: F401
 from dlmlab.cli import sample_cmd
 from dlmlab.cli.main import main
-from dlmlab.loading import load
+from dlmlab.rundir.load import load
 from dlmlab.sampling import DecodeConfig, decode
 from run_util import write_run_cfg
 

@@ -1,4 +1,4 @@
-"""One noise-schedule parser: get_schedule, noise_from_data (run configs, model.json) and DecodeConfig.noise
+"""One noise-schedule parser: get_schedule, parse_schedule (run configs, model.json) and DecodeConfig.noise
 give equal schedules for every input form, and the same one-line errors."""
 
 import pytest
@@ -6,14 +6,13 @@ import pytest
 from dlmlab.config import ConfigError
 from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinearSchedule, parse_schedule
 from dlmlab.sampling.config import DecodeConfig
-from dlmlab.training.noise import noise_from_data
 
 
 def _three(value):
     """The schedule each entry point builds from ``value``."""
     from dlmlab.objectives.schedule import get_schedule
 
-    return get_schedule(value), noise_from_data(value), DecodeConfig(noise=value).noise
+    return get_schedule(value), parse_schedule(value), DecodeConfig(noise=value).noise
 
 
 @pytest.mark.parametrize("value, want", [
@@ -30,6 +29,7 @@ def test_the_three_entry_points_give_equal_schedules(value, want):
     for s in got:
         assert type(s) is type(want) and s == want
         assert type(s.eps) is float
+        assert parse_schedule(s.to_data()) == s  # the one writer and the one parser round-trip
     if not isinstance(value, (str, dict)):
         assert all(s is value for s in got)  # an object is kept as it is
 
@@ -54,7 +54,7 @@ def test_the_three_entry_points_give_the_same_one_line_error(value, says):
     from dlmlab.objectives.schedule import get_schedule
 
     messages = []
-    for where, build in (("noise", get_schedule), ("noise", noise_from_data),
+    for where, build in (("noise", get_schedule), ("noise", parse_schedule),
                          ("DecodeConfig.noise", lambda v: DecodeConfig(noise=v))):
         with pytest.raises(ConfigError) as e:
             build(value)

@@ -50,14 +50,17 @@ def test_reversal_real_mdm_run_keeps_its_mask_and_schedule(tmp_path):
     fit_and_rank(model, task, "mdm", TrainConfig(steps=2, batch_size=4), cfg.seq_len, 0, False, out_dir=tmp_path)
     loaded = dlmlab.load(tmp_path)
     assert (loaded.objective, loaded.mask_id, loaded.noise) == ("mdlm", task.mask_id, LinearSchedule(eps=1e-3))
+    assert loaded.pad_id == task.pad_id  # the whole objective travels (pads were never masked)
 
 
 def test_reversal_synthetic_kinds_name_their_objective():
     from dlmlab.studies.reversal.presets import PRESETS
-    from dlmlab.studies.reversal.synthetic import card_fields
+    from dlmlab.studies.reversal.synthetic import make_objective
     from dlmlab.tasks.positional_relations import PositionalRelations
 
     task = PositionalRelations(PRESETS["smoke"].task, 0)
-    assert card_fields(task, "arm") == {"objective": "ar"}
-    assert card_fields(task, "mdm_mdlm") == {"objective": "mdlm", "mask_id": task.mask_id, "noise": LinearSchedule()}
-    assert card_fields(task, "mdm")["objective"] == "mdlm"
+    card = {kind: make_objective(task, kind, 4)[1].to_card() for kind in ("arm", "mdm", "mdm_mdlm")}
+    assert card["arm"] == {"objective": "given_mask", "mask_id": None}
+    assert card["mdm"] == {"objective": "given_mask", "mask_id": task.mask_id}
+    assert card["mdm_mdlm"] == {"objective": "mdlm", "mask_id": task.mask_id, "noise": LinearSchedule().to_data(),
+                                "t_range": None, "pad_id": None}

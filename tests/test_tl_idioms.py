@@ -111,14 +111,13 @@ def test_text_helpers_with_attached_tokenizer():
 
 def test_load_attaches_the_tokenizer(tmp_path):
     import dlmlab
-    from dlmlab.objectives import ar_loss
+    from dlmlab.objectives import ARObjective
     from dlmlab.training import TrainConfig, train
 
     tok = CharTokenizer.train("abcdefghijk")
     m = _tf()
     train(m, TrainConfig(steps=1, batch_size=2, progress=False),
-          make_batch=lambda step, gen: {"tokens": torch.randint(0, V, (2, 8), generator=gen)},
-          loss_fn=lambda mod, b: ar_loss(mod, b["tokens"]), out_dir=tmp_path / "run", objective="ar",
+          lambda step, gen: torch.randint(0, V, (2, 8), generator=gen), ARObjective(), out_dir=tmp_path / "run",
           tokenizer=tok)
     run = dlmlab.load(tmp_path / "run")
     assert run.model.tokenizer is run.tokenizer

@@ -9,7 +9,7 @@ import torch
 import dlmlab
 from dlmlab.interp.activation_cache import to_str_tokens
 from dlmlab.data.tokenizer import MASK_TEXT, BPETokenizer, CharTokenizer, tokenizer_from_json
-from dlmlab.objectives import mdlm_loss
+from dlmlab.objectives import MaskedDiffusionObjective
 from dlmlab.training import TrainConfig, train
 
 
@@ -20,9 +20,8 @@ def mdlm_run(tmp_path):
     model = dlmlab.models.Transformer(dlmlab.models.TransformerConfig(
         vocab_size=V + 1, d_model=16, n_layers=1, n_heads=2, d_mlp=0, attn_mask="bidirectional", positions="rope"))
     train(model, TrainConfig(steps=2, batch_size=2, progress=False),
-          make_batch=lambda step, gen: {"tokens": torch.randint(0, V, (2, 6), generator=gen)},
-          loss_fn=lambda m, batch: mdlm_loss(m, batch["tokens"], mask_id=V),
-          out_dir=tmp_path / "run", objective="mdlm", mask_id=V, tokenizer=CharTokenizer.train("abcdefghijkl"))
+          lambda step, gen: torch.randint(0, V, (2, 6), generator=gen), MaskedDiffusionObjective(V),
+          out_dir=tmp_path / "run", tokenizer=CharTokenizer.train("abcdefghijkl"))
     return dlmlab.load(tmp_path / "run")
 
 

@@ -20,8 +20,9 @@ from dlmlab.errors import UserError
 from dlmlab.models import TransformerConfig
 from dlmlab.objectives import elbo_bound, mdlm_loss
 from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinearSchedule
-from dlmlab.training.card import model_card, read_card
-from dlmlab.training.checkpoint import latest_checkpoint, list_checkpoints
+from dlmlab.objectives import step_batch
+from dlmlab.rundir.card import card_objective, model_card, read_card
+from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints
 from dlmlab.training.lm import (RunConfig, build_run_model, config_differences, evaluate_lm, load_run,
                                 load_run_config, make_lm_task, run_config_dict)
 from dlmlab.training.loop import step_generator
@@ -128,9 +129,10 @@ def test_default_schedule_is_bit_identical_to_the_historical_task_and_evaluation
     for explicit in (cfg, dataclasses.replace(cfg, noise=LinearSchedule())):
         new_batch, new_loss = make_lm_task(explicit, stream, V)
         for step in (1, 2, 7):
-            a, b = old_batch(step, step_generator(0, step)), new_batch(step, step_generator(0, step))
+            g = step_generator(0, step)
+            a, b = old_batch(step, step_generator(0, step)), step_batch(new_loss, new_batch(step, g), g, step)
             assert all(torch.equal(a[k], b[k]) for k in a)
-            assert torch.equal(old_loss(model, a)[0], new_loss(model, b)[0])
+            assert torch.equal(old_loss(model, a)[0], new_loss.loss(model, b)[0])
     # evaluation: the ELBO bound on the same windows with the same generator as before
     from dlmlab.data import TokenStream
 
@@ -145,12 +147,13 @@ def test_a_named_schedule_drives_the_training_times_and_weights(tmp_path):
     stream, tok = load_corpus(cfg.data)
     torch.manual_seed(0)
     model = build_run_model(cfg, tok.vocab_size)
-    make_batch, loss_fn = make_lm_task(cfg, stream, tok.vocab_size)
-    batch = make_batch(1, step_generator(0, 1))
+    make_batch, objective = make_lm_task(cfg, stream, tok.vocab_size)
+    g = step_generator(0, 1)
+    batch = step_batch(objective, make_batch(1, g), g, 1)
     assert batch["t"].min() >= 0.3
     expected = mdlm_loss(model, batch["tokens"], tok.vocab_size, t=batch["t"], noise=batch["noise"],
                          schedule=CosineSchedule(eps=0.0, t_lo=0.3))[0]
-    assert torch.equal(loss_fn(model, batch)[0], expected)
+    assert torch.equal(objective.loss(model, batch)[0], expected)
     linear = dataclasses.replace(cfg, noise=None)
     assert evaluate_lm(model, cfg, stream, tok.vocab_size) != evaluate_lm(model, linear, stream, tok.vocab_size)
 
@@ -214,17 +217,17 @@ def test_model_json_records_the_schedule(loglinear_run, tmp_path):
 
 def test_cards_record_noise_for_mdlm_only_and_bad_ones_are_one_line_errors(tmp_path):
     from conftest import tiny_transformer
-    from dlmlab.training.card import write_card
+    from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
+    from dlmlab.rundir.card import write_card
 
     model = tiny_transformer(attn_mask="bidirectional")
-    card = model_card(model, "mdlm", 22, noise=CosineSchedule(eps=0.01))
+    card = model_card(model, MaskedDiffusionObjective(22, CosineSchedule(eps=0.01)))
     assert card["noise"] == {"name": "cosine", "eps": 0.01, "t_lo": 0.001}
-    assert "noise" not in model_card(model, "mdlm", 22)
-    with pytest.raises(UserError, match="noise schedule belongs to objective 'mdlm'"):
-        model_card(model, "ar", noise="linear")
+    assert model_card(model, MaskedDiffusionObjective(22))["noise"] == {"name": "linear", "eps": 0.001}
+    assert "noise" not in model_card(model, ARObjective())
     write_card(tmp_path, {**card, "noise": {"name": "sigmoid"}})
     with pytest.raises(UserError, match=r"model.json: noise.name: 'sigmoid' is not one of"):
-        read_card(tmp_path)
+        card_objective(read_card(tmp_path))
 
 
 def test_ar_runs_have_no_noise_and_mdlm_runs_without_one_are_linear(tmp_path):

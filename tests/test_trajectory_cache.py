@@ -145,7 +145,7 @@ def _hf(kind, tmp_path):
     pytest.importorskip("transformers")
     import test_hf_llada_dream as h
 
-    from dlmlab.loading import load
+    from dlmlab.rundir.load import load
 
     hf = h._peer("llama" if kind == "llada" else "qwen2")
     if kind == "llada":

@@ -147,7 +147,8 @@ class MaskedDiffusionObjective(CardObjective):
 
     def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None, step: int = 0,
                    **extra: torch.Tensor) -> Batch:
-        """``tokens`` [B, T] -> ``{"tokens", "t" [B], "noise" [B, T] uniforms, **extra}`` (t drawn first)."""
+        """``tokens`` [B, T] -> ``{"tokens", "t" [B], "noise" [B, T] uniforms, **extra}`` (t drawn first); a ``t`` or
+        ``noise`` given in ``extra`` (a pre-drawn batch) replaces the drawn one."""
         t = self.sample_t(tokens.shape[0], gen)
         return {"tokens": tokens, "t": t, "noise": torch.rand(tokens.shape, generator=gen), **extra}
 
