@@ -48,7 +48,7 @@ import torch
 from dlmlab.metrics import ar_nll_per_window
 from dlmlab.metrics.speed import interleaved_times
 from dlmlab.models import Transformer, TransformerConfig
-from dlmlab.objectives import ar_loss, get_schedule, mdlm_loss
+from dlmlab.objectives import ARObjective, get_schedule, mdlm_loss
 from dlmlab.prediff import eval_nelbo_per_window
 from dlmlab.sampling import DecodeConfig, DiffusionSampleConfig, generate, sample_ar, sample_diffusion
 from dlmlab.sampling.deviation import kv_reuse_deviation
@@ -244,23 +244,26 @@ def task_model(w: Workload, kind: str, weights: Path) -> Transformer:
     sched = get_schedule("linear")
     P = w.n + 1
 
-    def make_batch(step: int, gen: torch.Generator) -> dict:
+    def batches(step: int, gen: torch.Generator) -> torch.Tensor:
         prompt, target = w.pairs(w.batch, gen)
-        x = torch.cat([prompt, target], 1)
-        if kind == "ar":
-            return {"x": x}
-        return {"x": x, "t": sched.sample_t(w.batch, gen), "u": torch.rand(x.shape, generator=gen)}
+        return torch.cat([prompt, target], 1)
 
-    def loss(net, b):
-        if kind == "ar":
-            return ar_loss(net, b["x"])
-        maskable = torch.zeros_like(b["x"], dtype=torch.bool)
-        maskable[:, P:] = True
-        return mdlm_loss(net, b["x"], voc.mask_id, t=b["t"], noise=b["u"], maskable=maskable, schedule=sched)
+    class TargetMasked:
+        """MDLM on the target only (the prompt is never masked): a custom objective (no card)."""
+
+        name = "mdlm_target"
+
+        def make_batch(self, x, gen, step=0, **extra):
+            return {"x": x, "t": sched.sample_t(w.batch, gen), "u": torch.rand(x.shape, generator=gen)}
+
+        def loss(self, net, b):
+            maskable = torch.zeros_like(b["x"], dtype=torch.bool)
+            maskable[:, P:] = True
+            return mdlm_loss(net, b["x"], voc.mask_id, t=b["t"], noise=b["u"], maskable=maskable, schedule=sched)
 
     t0 = time.perf_counter()
     with torch.enable_grad():
-        train(model, tc, make_batch, loss)
+        train(model, tc, batches, ARObjective() if kind == "ar" else TargetMasked())
     print(f"trained {w.task} {kind} ({w.steps} steps) in {time.perf_counter() - t0:.1f} s -> {path}", file=sys.stderr)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
