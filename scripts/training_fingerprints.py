@@ -26,8 +26,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import math
-import os
 import sys
 import tempfile
 import time
