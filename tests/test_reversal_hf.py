@@ -224,5 +224,15 @@ def test_summary_of_runs(tmp_path, tokenizer):
     assert summary_main([str(tmp_path / "run_llada"), str(tmp_path / "run_qwen2"), "--out", str(tmp_path / "s")]) == 0
     md = (tmp_path / "s" / "summary.md").read_text()
     assert "| run_llada | llada | mdm |" in md and "| run_qwen2 | qwen2 | ar |" in md
+    f = lambda x: "n/a" if x is None else f"{x:.3g}"  # noqa: E731
+    for fmt in ("llada", "qwen2"):  # each row quotes its run's own results.json (the last signatures, the first p)
+        r = json.loads((tmp_path / f"run_{fmt}" / "results.json").read_text())
+        first, s = r["signatures"][0], r["signatures"][-1]
+        cells = [f"run_{fmt}", fmt, r["objective"], "LoRA" if r["lora"] else "full", f(r["chance"]),
+                 f(r["forward_acc"]), f(r["reverse_acc"]), f"{f(s['reverse_p'])} / {f(s['reverse_p_control'])}",
+                 f"{f(first['reverse_p'])} -> {f(s['reverse_p'])}",
+                 f"{f(s['grad_cosine'])} / {f(s['grad_cosine_control'])}",
+                 f"{f(s.get('attn_corr'))} / {f(s.get('attn_corr_control'))}"]
+        assert "| " + " | ".join(cells) + " |" in md.splitlines(), (cells, md)
     assert (tmp_path / "s" / "figures" / "signatures.png").stat().st_size > 0
     assert summary_main([str(tmp_path / "nothing"), "--out", str(tmp_path / "s2")]) == 2
