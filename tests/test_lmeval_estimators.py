@@ -115,8 +115,9 @@ def test_control_variate_expectations_are_exact():
         masks = torch.zeros(len(subsets), L, dtype=torch.bool)
         for r, M in enumerate(subsets):
             masks[r, list(M)] = True
-        x, ex = control.features(masks, c)
-        for i in range(L):
-            rows = masks[:, i]
-            assert torch.allclose(x[rows, i].mean(0), ex[rows, i][0], atol=1e-12), (l, i)
-            assert torch.allclose(ex[rows, i], ex[rows, i][:1].expand_as(ex[rows, i]))  # depends on l only
+        shared, eshared, local, elocal = control.features(masks, c)
+        for x, ex in ((shared, eshared), (local, elocal)):
+            for i in range(L):
+                rows = masks[:, i]
+                assert torch.allclose(x[rows, i].mean(0), ex[rows, i][0], atol=1e-12), (l, i)
+                assert torch.allclose(ex[rows, i], ex[rows, i][:1].expand_as(ex[rows, i]))  # depends on l only

@@ -43,7 +43,7 @@ from dlmlab.errors import UserError
 from dlmlab.lmeval import control
 
 METHODS = ("llada", "dlmlab")
-FOLDS = 4  # dlmlab: rows j = f (mod FOLDS) of the stratified rows form fold f
+FOLDS = 8  # dlmlab: rows j = f (mod FOLDS) of the stratified rows form fold f
 
 
 def _check(method: str, L: int, mc_num: int) -> None:
