@@ -29,8 +29,9 @@ model runs one forward per row, and :func:`combine` turns the cross-entropies ``
   - ``mc_num = 1`` (L >= 2): one row of a uniformly drawn count, ``(L / l) sum_{i in M} CE_i``.
 
 Standard errors: rows come one per count stratum, so both use the collapsed-strata estimator (rows
-sorted by count, adjacent pairs: ``Var(Y_a + Y_b) ~ (Y_a - Y_b)^2``), slightly conservative; the fully
-masked row of ``dlmlab`` is exact.
+sorted by count, adjacent pairs: ``Var(Y_a + Y_b) ~ (Y_a - Y_b)^2``): slightly conservative for ``llada``;
+for ``dlmlab`` (whose fully masked row is exact) somewhat below the real spread, as the rows share the
+control variate's coefficients (benchmarks/bench_lmeval_mc.py reports the ratio).
 """
 
 from __future__ import annotations
