@@ -78,6 +78,16 @@ def test_tutorial_runs(tutorial):
     assert ns["report"].points[0] == "blocks.0.resid_pre"     # the last python block ran
 
 
+def test_tutorial_says_what_its_tiny_models_show(tutorial):
+    """Section 4 says the tiny models show no induction head: the AR model copies at most a little above chance
+    and no layer-1 head attends to the earlier copy's next token at 5x the uniform level.  If a config change
+    makes a head appear, this fails and the paragraph must be rewritten."""
+    _, ns, _ = tutorial
+    uniform = 1 / ns["repeated"].shape[1]
+    assert ns["ar_acc"] < 5 / ns["V"], ns["ar_acc"]
+    assert float(ns["induction"][1].max()) < 5 * uniform, ns["induction"]
+
+
 def _lm_eval_missing() -> str | None:
     from dlmlab.cli.main import build_parser
 
