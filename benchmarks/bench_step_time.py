@@ -6,13 +6,16 @@ sync per step).
 Each repeat runs one worker process per source tree (``PYTHONPATH`` set to it), in alternating order, and each
 worker trains every workload through its study's own entry point at small size, single-threaded:
 the induction study's DLM and AR (:func:`~dlmlab.studies.induction.train.train_model`), the reversal study's
-given-mask MDM (:func:`~dlmlab.studies.reversal.synthetic.run_one`), a state cell (a Mamba on parity,
-:func:`~dlmlab.studies.state.cells.train_on_task`) and a PreDiff adaptation
-(:func:`~dlmlab.studies.prediff.adapt.adapt`).  A step's time is the interval between two consecutive optimizer
+given-mask MDM and MDLM-trained MDM (its model, batches and objective:
+:func:`~dlmlab.studies.reversal.synthetic.make_objective`, through ``train``), a state cell (a Mamba on parity,
+:func:`~dlmlab.studies.state.cells.train_on_task`) and two PreDiff methods (hybrid, annealed; their model and
+:func:`~dlmlab.prediff.make_task` on a random-token stream, through ``train``).  A step's time is the interval between two consecutive optimizer
 steps (the whole step: batch, objective, forward, backward, clipping, AdamW, the loop's bookkeeping); a
 workload's time is the median over its steps, so setup and the occasional evaluation do not count.
 
-The table gives, per workload, the median step time of each tree and the ratio after / before per repeat.
+Time is this process's CPU time (``time.process_time``; the workers run single-threaded), so a shared, loaded
+machine slows both trees' wall clocks without skewing the comparison.  The table gives, per workload, the median
+step time of each tree and the ratio after / before per repeat.
 Exit status 1 when a workload is slower after than before beyond the noise: its median ratio is above
 ``1 + --tolerance`` (default 0.10) and every repeat's ratio is above 1.
 """
@@ -34,7 +37,7 @@ STEPS = 40
 
 
 def _timed(fn) -> float:
-    """Median interval (s) between consecutive optimizer steps while ``fn()`` runs."""
+    """Median CPU-time interval (s) between consecutive optimizer steps while ``fn()`` runs."""
     import torch
 
     stamps: list[float] = []
@@ -42,7 +45,7 @@ def _timed(fn) -> float:
 
     def step(self, *a, **kw):
         out = original(self, *a, **kw)
-        stamps.append(time.perf_counter())
+        stamps.append(time.process_time())
         return out
 
     torch.optim.AdamW.step = step
@@ -59,45 +62,57 @@ def worker(out: Path) -> None:
 
     torch.set_num_threads(1)
     res: dict[str, float] = {}
-    tmp = Path(tempfile.mkdtemp(prefix="bench-step-"))
+
+    from dlmlab.training import TrainConfig, train
+
+    def cfg(steps=STEPS, batch=16):
+        return TrainConfig(steps=steps, batch_size=batch, lr=1e-3, warmup_steps=2, log_every=10, progress=False)
 
     from dlmlab.studies.induction.presets import PRESETS as IND
     from dlmlab.studies.induction.train import load_data, train_model
 
     p = dataclasses.replace(IND["smoke"], steps=STEPS, text_steps=10, warmup_steps=2, batch_size=16, ckpt_every=0,
                             d_model=64, n_heads=4, seq_len=64, min_half=16, n_random=64, t_min=0.02, t_max=0.5,
-                            max_chars=50_000)
+                            max_chars=20_000)
     data = load_data(p)
     for objective in ("dlm", "ar"):
         res[f"induction {objective} L2"] = _timed(lambda: train_model(p, data, 2, objective, None, progress=False))
 
-    from dlmlab.studies.reversal import synthetic
-    from dlmlab.studies.reversal.presets import PRESETS as REV, _constant
+    # the study's model, batches and objective (make_objective: (batches, objective) now, (make_batch, loss_fn) in
+    # older checkouts; train() takes either pair positionally), without the study's evaluations
+    from dlmlab.studies.reversal.presets import PRESETS as REV
+    from dlmlab.studies.reversal.synthetic import build_model, make_objective
+    from dlmlab.tasks.positional_relations import PositionalRelations
 
-    rp = dataclasses.replace(REV["smoke"], train=_constant(STEPS, 64, STEPS), seeds=[0])
-    res["reversal mdm (given mask)"] = _timed(lambda: synthetic.run_one(rp, "mdm", "rope", 0, progress=False))
+    task = PositionalRelations(REV["smoke"].task, 0)
+    for kind in ("mdm", "mdm_mdlm"):
+        model = build_model(REV["smoke"], task, kind, "rope", 0)
+        res[f"reversal {kind}"] = _timed(lambda: train(model, cfg(batch=64), *make_objective(task, kind, 64)))
 
     from dlmlab.studies.state.cells import build, make_task, train_on_task
     from dlmlab.studies.state.presets import PRESETS as ST
 
     sp = dataclasses.replace(ST["smoke"], d_model=64, n_layers=2, batch_size=16)
-    task = make_task("parity", sp)
+    st = make_task("parity", sp)
     torch.manual_seed(0)
-    cell = build("mamba", task, sp)
-    res["state mamba / parity"] = _timed(lambda: train_on_task(cell, task, sp, False, "bench", steps=STEPS,
+    cell = build("mamba", st, sp)
+    res["state mamba / parity"] = _timed(lambda: train_on_task(cell, st, sp, False, "bench", steps=STEPS,
                                                                arch="mamba"))
 
-    from dlmlab.studies.prediff.adapt import adapt
-    from dlmlab.studies.prediff.backbone import prepare
+    from dlmlab.models import Transformer
+    from dlmlab.prediff import METHODS
+    from dlmlab.prediff import make_task as prediff_task
+    from dlmlab.studies.prediff.adapt import build as prediff_build
     from dlmlab.studies.prediff.presets import PRESETS as PD
 
-    base = PD["smoke"]
-    pp = dataclasses.replace(base, pretrain=dataclasses.replace(base.pretrain, steps=2),
-                             adapt=dataclasses.replace(base.adapt, steps=STEPS, log_every=10),
-                             curve_every=STEPS, curve_windows=2, seeds=[0])
-    backbone, _, stream, _ = prepare(pp, tmp / "prediff", progress=False)
-    res["prediff adapt (prediff)"] = _timed(lambda: adapt("prediff", backbone, stream, pp, tmp / "prediff",
-                                                          progress=False))
+    pd = PD["smoke"]
+    torch.manual_seed(0)
+    backbone = Transformer(dataclasses.replace(pd.model, vocab_size=384, attn_mask="causal"))
+    stream = torch.randint(0, 384, (20_000,), generator=torch.Generator().manual_seed(0))
+    for method in ("prediff", "diffugpt"):
+        model = prediff_build(method, backbone)
+        res[f"prediff {method}"] = _timed(lambda: train(model, cfg(), *prediff_task(METHODS[method], stream,
+                                                                                    pd.seq_len, 16, STEPS)))
     out.write_text(json.dumps(res))
 
 
@@ -130,7 +145,7 @@ def main(argv=None) -> int:
                 runs[which].append(run_tree(getattr(a, which), Path(d) / f"{which}{r}.json"))
                 print(f"repeat {r + 1}/{a.repeats} {which}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     names = list(runs["before"][0])
-    print(f"step time (median ms per optimizer step, {STEPS} steps, 1 thread); before = {a.before}, "
+    print(f"step time (median CPU ms per optimizer step, {STEPS} steps, 1 thread); before = {a.before}, "
           f"after = {a.after}\n")
     print(f"| workload | before ms | after ms | after / before per repeat | median ratio |")
     print("|---|---|---|---|---|")
