@@ -254,6 +254,11 @@ def test_width_matching_under_torchrun_fits_the_tokenizer_on_rank_0_only(tmp_pat
     cfg.write_text("objective: ar\nmodel: {family: mamba, d_model: 16, n_layers: 1, d_state: 4}\n"
                    "data: {source: tinyshakespeare, tokenizer: char, seq_len: 16}\n"
                    "train: {steps: 2, batch_size: 4, log_every: 1, progress: false}\n")
+    # build (or load) the Mamba scan extension here, outside the subprocesses' timeouts: a subprocess killed by its
+    # timeout mid-compile leaves the build folder locked, and every later Mamba run then waits on that lock
+    from dlmlab.models.fused_scan import load_extension
+
+    load_extension()
     spy = tmp_path / "spy.py"
     spy.write_text(SPY_FITS)
     one = subprocess.run([sys.executable, str(spy), "train", str(cfg), "--out", str(tmp_path / "one")],
