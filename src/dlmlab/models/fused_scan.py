@@ -47,9 +47,13 @@ def _cpu_signature() -> str:
 
 
 def build_dir(source: Path = SOURCE, folder: str = "fused_scan") -> Path:
-    """Per-user cache folder for this source (and the headers beside it), these flags, this torch and this CPU."""
+    """Per-user cache folder for this source (and the headers beside it), these flags, this torch and this CPU.
+
+    The source's path is part of the key: the build files record it, so two checkouts sharing one folder
+    would rebuild it in turn (each holding its lock for minutes)."""
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]
-    key = hashlib.sha256("\n".join([source.read_text(), *headers, " ".join(CFLAGS), torch.__version__,
+    key = hashlib.sha256("\n".join([str(source.resolve()), source.read_text(), *headers, " ".join(CFLAGS),
+                                    torch.__version__,
                                     sys.version, _cpu_signature()]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return root / "dlmlab" / folder / key
