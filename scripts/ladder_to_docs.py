@@ -30,13 +30,14 @@ def section(text: str, title: str) -> str:
     return m.group(1).strip()
 
 
-def quoted(study: str, run_dir: Path, note: str) -> str:
+def quoted(study: str, run_dir: Path, note: str, docs: Path) -> str:
     report = (run_dir / "report.md").read_text()
     wall = next((ln.strip() for ln in report.splitlines() if ln.startswith("Preset:")), "")
     figures = []
     for caption, name in FIGURE.findall(section(report, "Figures")):
         target = f"ladder_{study}_{Path(name).name}"
-        shutil.copyfile(run_dir / "figures" / name, ROOT / "docs" / "figures" / target)
+        (docs / "figures").mkdir(exist_ok=True)
+        shutil.copyfile(run_dir / "figures" / name, docs / "figures" / target)
         figures.append(f"![{caption}](figures/{target})")
     lines = [BEGIN, "",
              f"Quoted from `report.md` of `dlmlab reproduce {study} --preset ladder --out DIR` by "
@@ -50,15 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("study")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--note", default="")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs", help="the docs folder (default: the repository's)")
     a = p.parse_args(argv)
-    doc = ROOT / "docs" / f"{a.study}.md"
+    doc = a.docs / f"{a.study}.md"
     text = doc.read_text()
     if BEGIN not in text or END not in text:
         print(f"{doc} has no {BEGIN} ... {END} markers", file=sys.stderr)
         return 1
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    doc.write_text(head + quoted(a.study, a.run_dir, a.note) + tail)
+    doc.write_text(head + quoted(a.study, a.run_dir, a.note, a.docs) + tail)
     print(f"wrote the ladder results of {a.run_dir} into {doc}")
     return 0
 
