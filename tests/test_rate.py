@@ -205,8 +205,11 @@ def test_cli_serves_on_localhost_and_stops_on_ctrl_c(tmp_path):
     import sys
 
     write_samples(tmp_path)
+    # a shell's background job (e.g. a CI script started with &) inherits SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: give the child the default disposition a terminal's Ctrl-C meets
     proc = subprocess.Popen([sys.executable, "-m", "dlmlab.cli.main", "rate", str(tmp_path), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         lines = []
         for _ in range(5):  # the URL is the third line
