@@ -87,7 +87,9 @@ def test_judgement_validation_and_combine():
 def test_claim_holds_is_derived_and_must_agree_with_the_verdict():
     c = claim("x", "s", True, judgement=REPRODUCED, gap=1.0)
     assert c.holds is True and c.to_dict() == {"id": "x", "statement": "s", "holds": True, "verdict": "reproduced",
-                                               "reason": None, "detail": "", "evidence": {"gap": 1.0}}
+                                               "reason": None, "detail": "", "seed_ref": None, "seed_says": "",
+                                               "study_effect": None, "deviation": None, "extension": False,
+                                               "evidence": {"gap": 1.0}}
     c = claim("x", "s", False, judgement=underpowered("[-0.1, 0.2] spans 0"))
     assert c.holds is False and (c.verdict, c.reason, c.detail) == ("inconclusive", "underpowered", "[-0.1, 0.2] spans 0")
     assert claim("x", "s", None, judgement=not_run("no RoPE")).holds is None
@@ -132,9 +134,9 @@ def test_markdown_report_shows_verdict_reason_and_counts():
         claim("c", "E beats F", False, judgement=underpowered("E - F [-0.1, 0.2] spans 0 | odd"))])
     md = render_markdown(res, "T")
     assert "1 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)." in md
-    assert "| claim | statement | verdict | evidence |" in md
-    assert "| `a` | A beats B | **reproduced** | gap=0.300 |" in md
-    assert "| `b` | C beats D | contradicted: C - D [-0.53, -0.38] below 0 |" in md
+    assert "| claim | statement | summary line it tests | study's effect | verdict | evidence |" in md
+    assert "| `a` | A beats B | - | - | **reproduced** | gap=0.300 |" in md
+    assert "| `b` | C beats D | - | - | contradicted: C - D [-0.53, -0.38] below 0 |" in md
     assert "inconclusive (underpowered): E - F [-0.1, 0.2] spans 0 \\| odd |" in md  # a pipe cannot break the row
     assert "does not hold" not in md
 

@@ -73,23 +73,25 @@ def _run(args: argparse.Namespace, out: Path) -> int:
 
 def _write_html(name: str, study, preset: str, out: Path, wall_time_s: float) -> Path:
     """``out/report.html`` for one study: the page ``reproduce all`` writes, with this study alone."""
-    from dlmlab.report.claims import count_verdicts
+    from dlmlab.report.claims import claim_tally
     from dlmlab.report.html import write_report
     from dlmlab.report.results import load_results
     from dlmlab.studies.all import full_environment
 
     claims = load_results(out).get("claims") or []
     meta = {"name": name, "title": getattr(study, "TITLE", name), "status": "ran", "wall_time_s": wall_time_s,
-            "claims_hold": sum(1 for c in claims if c.get("holds") is True), "claims_total": len(claims),
-            "claims_verdicts": count_verdicts(claims)}
+            **claim_tally(claims)}
     manifest = {"preset": preset, "updated": time.time(), "studies": {name: meta}, "environment": full_environment()}
     return write_report(out, manifest, title=f"dlmlab: {meta['title']}", dirs={name: out})
 
 
 def _claims_line(out: Path) -> str:
     """``claims: 6: 4 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)`` from ``out/results.json``."""
-    from dlmlab.report.claims import count_verdicts, verdict_summary
+    from dlmlab.report.claims import claim_tally, verdict_summary
     from dlmlab.report.results import load_results
 
-    claims = load_results(out).get("claims") or []
-    return f"claims: {len(claims)}: {verdict_summary(count_verdicts(claims))}"
+    t = claim_tally(load_results(out).get("claims") or [])
+    line = f"claims: {t['claims_total']}: {verdict_summary(t['claims_verdicts'])}"
+    if t["extensions_total"]:
+        line += f"; extensions (not tallied): {t['extensions_total']}: {verdict_summary(t['extensions_verdicts'])}"
+    return line

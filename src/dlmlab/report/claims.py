@@ -204,6 +204,12 @@ class Claim:
     evidence: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     evaluated: bool = True
+    #: the study-summary sentence the claim tests (:mod:`dlmlab.report.seeds`; set by ``with_seeds``)
+    seed_ref: str | None = None
+    seed_says: str = ""
+    study_effect: Any = None
+    deviation: str | None = None
+    extension: bool = False  # tests something no summary states: reported apart, not in the study's tally
 
     def __post_init__(self):
         Judgement(self.verdict, self.reason, self.detail)  # validates verdict / reason / detail
@@ -224,7 +230,9 @@ class Claim:
 
     def to_dict(self) -> dict:
         return {"id": self.id, "statement": self.statement, "holds": self.holds, "verdict": self.verdict,
-                "reason": self.reason, "detail": self.detail, "evidence": dict(self.evidence)}
+                "reason": self.reason, "detail": self.detail, "seed_ref": self.seed_ref,
+                "seed_says": self.seed_says, "study_effect": self.study_effect, "deviation": self.deviation,
+                "extension": self.extension, "evidence": dict(self.evidence)}
 
 
 def claim(id: str, statement: str, holds: bool | None, *, judgement: Judgement | None = None,
@@ -254,15 +262,34 @@ def judgement_of(d: dict) -> Judgement:
     return legacy_judgement(d.get("holds"))
 
 
-def count_verdicts(claims: Iterable[dict | Claim]) -> dict[str, int]:
-    """{"reproduced", "contradicted", "inconclusive", and one key per inconclusive reason}: counts."""
+def is_extension(c: dict | Claim) -> bool:
+    """True for a claim that tests something no study summary states (reported apart, not tallied)."""
+    return bool(c.extension if isinstance(c, Claim) else c.get("extension"))
+
+
+def count_verdicts(claims: Iterable[dict | Claim], extensions: bool = False) -> dict[str, int]:
+    """{"reproduced", "contradicted", "inconclusive", and one key per inconclusive reason}: counts of the
+    study's claims (``extensions=True``: of its extensions instead)."""
     out = {v: 0 for v in VERDICTS}
     for c in claims:
+        if is_extension(c) != extensions:
+            continue
         j = c.judgement if isinstance(c, Claim) else judgement_of(c)
         out[j.verdict] += 1
         if j.reason:
             out[j.reason] = out.get(j.reason, 0) + 1
     return out
+
+
+def claim_tally(claims: Iterable[dict | Claim]) -> dict[str, Any]:
+    """The manifest's counts of a study's claims: ``claims_hold`` / ``claims_total`` / ``claims_verdicts`` over
+    the claims that test a summary sentence, ``extensions_total`` / ``extensions_verdicts`` over its extensions."""
+    claims = list(claims)
+    own = [c for c in claims if not is_extension(c)]
+    holds = [c.holds if isinstance(c, Claim) else c.get("holds") for c in own]
+    return {"claims_hold": sum(1 for h in holds if h is True), "claims_total": len(own),
+            "claims_verdicts": count_verdicts(own), "extensions_total": len(claims) - len(own),
+            "extensions_verdicts": count_verdicts(claims, extensions=True)}
 
 
 def verdict_summary(counts: dict[str, int]) -> str:

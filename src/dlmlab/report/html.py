@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dlmlab.files import atomic_write_text
-from dlmlab.report.claims import count_verdicts, judgement_of, verdict_summary
+from dlmlab.report.claims import count_verdicts, is_extension, judgement_of, verdict_summary
 from dlmlab.report.results import fmt, load_results
 
 CSS = """
@@ -53,7 +53,7 @@ pre { background: var(--soft); padding: 10px 12px; border-radius: 6px; overflow-
 pre.error { background: var(--badbg); color: #611; }
 ul.evidence { list-style: none; margin: 0; padding: 0; }
 ul.evidence li { margin: 0; }
-ul.evidence .k { color: var(--muted); }
+ul.evidence .k, div.seed .k { color: var(--muted); }\ndiv.seed { margin-top: 4px; font-size: 0.9em; }
 .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 18px; }
 figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px; background: #fff; }
 figure.wide { grid-column: 1 / -1; }
@@ -168,20 +168,48 @@ def table_html(t: dict) -> str:
     return out
 
 
+#: evidence items shown in a claim's row; the rest are folded under "more"
+EVIDENCE_SHOWN = 6
+
+
+def seed_html(c: dict) -> str:
+    """What the claim answers to: the summary line (``FILE:LINE``), what it says, the study's number and any
+    deviation; an empty string for a results.json written before claims cited their sentence."""
+    from dlmlab.report.seeds import study_effect_text
+
+    if not c.get("seed_says"):
+        return ""
+    ref = c.get("seed_ref")
+    out = f'<div class="seed">{"<code>" + esc(ref) + "</code>: " if ref else "extension: "}{esc(c["seed_says"])}'
+    if c.get("study_effect") is not None:
+        out += f'<br><span class="k">study\'s effect</span> {esc(study_effect_text(c["study_effect"]))}'
+    if c.get("deviation"):
+        out += f'<br><span class="k">deviation</span> {esc(c["deviation"])}'
+    return out + "</div>"
+
+
+def evidence_html(ev: dict) -> str:
+    """The first :data:`EVIDENCE_SHOWN` evidence items; the rest folded under a ``<details>``."""
+    items = [f'<li><span class="k">{esc(k)}</span> = {_value(v)}</li>' for k, v in ev.items()]
+    out = f'<ul class="evidence">{"".join(items[:EVIDENCE_SHOWN])}</ul>'
+    if len(items) > EVIDENCE_SHOWN:
+        out += (f'<details><summary>{len(items) - EVIDENCE_SHOWN} more</summary>'
+                f'<ul class="evidence">{"".join(items[EVIDENCE_SHOWN:])}</ul></details>')
+    return out
+
+
 def claims_html(claims: list[dict]) -> str:
     if not claims:
         return '<p class="muted">This study reports no claims.</p>'
     rows = []
     for c in claims:
-        ev = c.get("evidence") or {}
-        items = "".join(f'<li><span class="k">{esc(k)}</span> = {_value(v)}</li>' for k, v in ev.items())
         rows.append(
             f'<tr id="claim-{esc(c.get("id", ""))}"><td><code>{esc(c.get("id", ""))}</code></td>'
-            f'<td>{esc(c.get("statement", ""))}</td><td>{verdict_html(c)}</td>'
-            f'<td><ul class="evidence">{items}</ul></td></tr>'
+            f'<td>{esc(c.get("statement", ""))}{seed_html(c)}</td><td>{verdict_html(c)}</td>'
+            f'<td>{evidence_html(c.get("evidence") or {})}</td></tr>'
         )
-    return ('<table class="claims"><thead><tr><th>claim</th><th>statement</th><th>verdict</th>'
-            f'<th>measured evidence</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return ('<table class="claims"><thead><tr><th>claim</th><th>statement (and the summary line it tests)</th>'
+            f'<th>verdict</th><th>measured evidence</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 def figure_html(study_dir: Path, fig: dict) -> str:
@@ -234,7 +262,8 @@ def study_section(name: str, meta: dict, study_dir: Path) -> str:
     if env:
         bits.append("ran with " + ", ".join(f"{k} {esc(env[k])}" for k in ("torch", "cuda", "cpu_count")
                                             if env.get(k) is not None))
-    bits.append(f"files in <code>{esc(name)}/</code>")
+    where = meta.get("files_in") or f"{name}/"
+    bits.append(f"files in <code>{esc(where)}</code>")
     parts.append(f'<p class="meta">{" · ".join(bits)}</p>')
     if status == "missing":
         parts.append(f"<p>Not installed in this checkout: {esc(meta.get('error', ''))}. "
@@ -247,8 +276,14 @@ def study_section(name: str, meta: dict, study_dir: Path) -> str:
     if res.get("setup"):
         parts.append(f'<h3>Setup</h3><div class="setup">{esc(res["setup"])}</div>')
     claims = res.get("claims") or []
-    parts.append(f"<h3>Claims ({len(claims)}: {esc(verdict_summary(count_verdicts(claims)))})</h3>")
-    parts.append(claims_html(claims))
+    own = [c for c in claims if not is_extension(c)]
+    ext = [c for c in claims if is_extension(c)]
+    parts.append(f"<h3>Claims ({len(own)}: {esc(verdict_summary(count_verdicts(own)))})</h3>")
+    parts.append(claims_html(own))
+    if ext:
+        parts.append(f"<h3>Extensions ({len(ext)}: {esc(verdict_summary(count_verdicts(ext, extensions=True)))}; "
+                     "not counted above: no study summary states them)</h3>")
+        parts.append(claims_html(ext))
     if res.get("figures"):
         parts.append('<h3>Figures</h3><div class="figures">')
         parts += [figure_html(study_dir, f) for f in res["figures"]]
@@ -261,6 +296,16 @@ def study_section(name: str, meta: dict, study_dir: Path) -> str:
     parts.append(f"<details><summary>Configuration</summary>{_pre_json(res.get('config', {}))}</details>")
     parts.append("</section>")
     return "".join(parts)
+
+
+def _files_in(out: Path, study_dir: Path) -> str:
+    """Where a study's files are, as the reader of ``out/report.html`` finds them: ``reversal/``, or ``this
+    folder`` when the study wrote into ``out`` itself."""
+    try:
+        rel = Path(study_dir).resolve().relative_to(Path(out).resolve())
+    except ValueError:
+        return str(study_dir)
+    return "this folder" if str(rel) == "." else f"{rel}/"
 
 
 def _safe_section(name: str, meta: dict, study_dir: Path) -> str:
@@ -319,7 +364,8 @@ def render_report(out: Path, manifest: dict, title: str = "dlmlab: reproduction 
         "over the stated number of seeds; random controls are judged by a permutation p-value over at least "
         "200 draws.</p>",
     ]
-    body += [_safe_section(n, m, (dirs or {}).get(n, out / n)) for n, m in studies.items()]
+    body += [_safe_section(n, {**m, "files_in": _files_in(out, (dirs or {}).get(n, out / n))},
+                           (dirs or {}).get(n, out / n)) for n, m in studies.items()]
     body.append('<section id="environment"><h2>Environment</h2>')
     body.append(_environment(manifest.get("environment") or {}))
     body.append("<h3>Wall time per study</h3>" + _summary(studies) + "</section>")

@@ -122,18 +122,44 @@ def verdict_markdown(j: Judgement) -> str:
     return text.replace("|", "\\|")
 
 
+#: evidence items shown in a claim's row (the rest are in results.json)
+EVIDENCE_SHOWN = 6
+
+
+def claims_markdown(claims: list[Claim]) -> list[str]:
+    """The claims table: id, statement, the summary line it tests (with the study's number and any deviation),
+    verdict, the first :data:`EVIDENCE_SHOWN` scalar evidence items."""
+    from dlmlab.report.seeds import study_effect_text
+
+    lines = ["| claim | statement | summary line it tests | study's effect | verdict | evidence |",
+             "|---|---|---|---|---|---|"]
+    for c in claims:
+        ev = [f"{k}={fmt(v)}" for k, v in c.evidence.items() if not isinstance(v, (dict, list))]
+        more = len(c.evidence) - min(len(ev), EVIDENCE_SHOWN)
+        evs = "; ".join(ev[:EVIDENCE_SHOWN]) + (f"; ({more} more in results.json)" if more > 0 else "")
+        seed = (f"`{c.seed_ref}`: " if c.seed_ref else "") + c.seed_says
+        if c.deviation:
+            seed += f" (deviation: {c.deviation})"
+        cells = [f"`{c.id}`", c.statement, seed or "-", study_effect_text(c.study_effect),
+                 verdict_markdown(c.judgement), evs]
+        lines.append("| " + " | ".join(x.replace("|", "\\|") if i != 4 else x for i, x in enumerate(cells)) + " |")
+    return lines + [""]
+
+
 def render_markdown(res: StudyResult, title: str) -> str:
     parts = [f"# {title}", "", f"Preset: `{res.preset}` - wall time {res.wall_time_s:.0f} s", ""]
     if res.setup:
         parts += ["## Setup", "", res.setup, ""]
+    own = [c for c in res.claims if not c.extension]
+    ext = [c for c in res.claims if c.extension]
     parts += ["## Claims", ""]
-    if res.claims:
-        parts += [verdict_summary(count_verdicts(res.claims)) + ".", ""]
-    parts += ["| claim | statement | verdict | evidence |", "|---|---|---|---|"]
-    for c in res.claims:
-        ev = "; ".join(f"{k}={fmt(v)}" for k, v in c.evidence.items() if not isinstance(v, (dict, list)))
-        parts.append(f"| `{c.id}` | {c.statement} | {verdict_markdown(c.judgement)} | {ev} |")
-    parts.append("")
+    if own:
+        parts += [verdict_summary(count_verdicts(own)) + ".", ""]
+    parts += claims_markdown(own)
+    if ext:
+        parts += ["## Extensions", "", "Claims that test something no study summary states; not counted above.", "",
+                  verdict_summary(count_verdicts(ext, extensions=True)) + ".", ""]
+        parts += claims_markdown(ext)
     if res.tables:
         parts += ["## Results", ""]
         for t in res.tables:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from dlmlab import outdir, studies
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.report.claims import count_verdicts
+from dlmlab.report.claims import claim_tally
 from dlmlab.report.html import claims_text, fmt_duration, total_claims_text, write_report
 from dlmlab.report.results import load_results
 from dlmlab.training.distributed import is_main_process, sync
@@ -62,6 +62,13 @@ class StudyRun:
     claims_hold: int | None = None
     claims_total: int | None = None
     claims_verdicts: dict[str, int] | None = None  # see dlmlab.report.claims.count_verdicts
+    extensions_total: int | None = None  # claims testing what no summary states (not tallied above)
+    extensions_verdicts: dict[str, int] | None = None
+
+    def set_claims(self, res: dict) -> None:
+        """The claim counts of a results.json (:func:`dlmlab.report.claims.claim_tally`)."""
+        for k, v in claim_tally(res.get("claims") or []).items():
+            setattr(self, k, v)
 
     def claims_text(self) -> str:
         """``6: 4 reproduced, 1 contradicted, 1 inconclusive (1 underpowered)``; ``-`` when unknown."""
@@ -98,12 +105,6 @@ def _finished(out: Path, name: str) -> dict | None:
         return load_results(p)
     except ValueError:
         return None
-
-
-def _count_claims(res: dict) -> tuple[int, int, dict[str, int]]:
-    """(holding, total, counts per verdict and reason) of a results.json's claims."""
-    claims = res.get("claims") or []
-    return sum(1 for c in claims if c.get("holds") is True), len(claims), count_verdicts(claims)
 
 
 def _check_presets(out: Path, preset: str, names: list[str]) -> None:
@@ -225,7 +226,7 @@ def _run_all(preset: str, out: Path, progress: bool) -> Path:
         res = _finished(out, name)
         if res is not None:  # finished earlier with this preset: reuse, never recompute
             run.status = "reused"
-            run.claims_hold, run.claims_total, run.claims_verdicts = _count_claims(res)
+            run.set_claims(res)
             prev = previous.get(name, {})
             measured = prev.get("wall_time_s") if prev.get("status") in ("ran", "reused") else None
             run.wall_time_s = measured if measured is not None else res.get("wall_time_s")
@@ -273,7 +274,7 @@ def _run_all(preset: str, out: Path, progress: bool) -> Path:
                 if res is None:
                     raise RuntimeError(f"study {r.name!r} returned without writing {sdir / 'results.json'}")
                 r.status = "ran"
-                r.claims_hold, r.claims_total, r.claims_verdicts = _count_claims(res)
+                r.set_claims(res)
                 log(f"[{r.name}] done in {fmt_duration(r.wall_time_s)}: claims {r.claims_text()}")
                 if main:
                     (sdir / "error.txt").unlink(missing_ok=True)
