@@ -4,10 +4,16 @@ A study's ``ladder`` preset trains the same recipe at 3-4 sizes and measures the
 scale can settle.  For each statistic this module gives
 
 * the per-size Student-t interval over seeds (:func:`~dlmlab.report.intervals.mean_ci`);
-* the trend: the difference between the largest and the smallest size of the effect on the study's side
-  (``side * (value - level)``), with a Welch t-interval.  ``toward the study with scale`` when that interval
-  lies above 0, ``away`` when below, ``flat`` when it spans 0 (``undetermined`` with fewer than two seeds at
-  either end);
+* the trend, with a Welch t-interval of a difference between the largest and the smallest size (issue 34:
+  toward the study's value, not the claim's level):
+
+  - with a study value: the shrinking of the distance to it, ``|small - study| - |large - study|`` per seed.
+    ``toward the study with scale`` when the interval lies above 0, ``away`` when below; when it spans 0,
+    ``flat`` only if it is narrow enough to exclude closing the whole gap (its upper end below the smallest
+    size's mean distance), else ``undetermined``;
+  - without one: the growth of the effect on the claim's side, ``side * (value - level)``: ``toward`` above 0,
+    ``away`` below, ``undetermined`` when it spans 0 (there is no study value a narrow interval could exclude);
+  - ``undetermined`` with fewer than two seeds at either end.
 * one table row per statistic (:func:`ladder_table`) and one figure panel per statistic (:func:`ladder_figure`).
 """
 
@@ -86,26 +92,38 @@ def welch_diff(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> 
 def trend(stat: LadderStat, level: float = LEVEL) -> Trend:
     """The trend of ``stat`` from its smallest to its largest size (see the module docstring)."""
     sizes = sorted(stat.values)
-    small = [stat.side * (x - stat.level) for x in stat.values[sizes[0]]]
-    large = [stat.side * (x - stat.level) for x in stat.values[sizes[-1]]]
-    d, lo, hi = welch_diff(large, small, level)
+    lo_vals, hi_vals = stat.values[sizes[0]], stat.values[sizes[-1]]
+    if stat.study_value is not None:
+        small = [abs(x - stat.study_value) for x in lo_vals]
+        large = [abs(x - stat.study_value) for x in hi_vals]
+        d, lo, hi = welch_diff(small, large, level)  # > 0: closer to the study at the largest size
+        gap = float(np.mean([x for x in small if math.isfinite(x)])) if any(map(math.isfinite, small)) else math.nan
+    else:
+        small = [stat.side * (x - stat.level) for x in lo_vals]
+        large = [stat.side * (x - stat.level) for x in hi_vals]
+        d, lo, hi = welch_diff(large, small, level)
+        gap = math.nan
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return Trend(UNDETERMINED, d, lo, hi)
-    return Trend(TOWARD if lo > 0 else AWAY if hi < 0 else FLAT, d, lo, hi)
+    if lo > 0 or hi < 0:
+        return Trend(TOWARD if lo > 0 else AWAY, d, lo, hi)
+    return Trend(FLAT if math.isfinite(gap) and hi < gap else UNDETERMINED, d, lo, hi)
 
 
 def ladder_table(stats_: Sequence[LadderStat], title: str = "Scale ladder") -> Table:
     """One row per statistic: the per-size mean [95% t-interval] (n seeds), the study's value and the trend."""
     sizes = sorted({s for st in stats_ for s in st.values})
-    cols = ["statistic", *[f"{_fmt_size(s)}" for s in sizes], "study", "trend (largest - smallest, on the study's side)"]
+    cols = ["statistic", *[f"{_fmt_size(s)}" for s in sizes], "study", "trend (largest vs smallest size)"]
     rows = []
     for st in stats_:
         t = trend(st)
         cells = [st.per_size[s].fmt() if s in st.per_size else "-" for s in sizes]
         study = "-" if st.study_value is None else f"{st.study_value:.3g}"
         rows.append([st.name, *cells, study, f"{t.label}: {t.mean:+.3g} [{t.lo:.3g}, {t.hi:.3g}]"])
-    return Table(title, cols, rows, note="Each cell: mean [Student-t 95% interval] (n seeds) at that size; the "
-                 "trend is the Welch t-interval of the largest size's effect minus the smallest's.")
+    return Table(title, cols, rows, note="Each cell: mean [Student-t 95% interval] (n seeds) at that size.  The trend "
+                 "is a Welch t-interval: where the study gives a value, of how much closer to it the largest size is "
+                 "than the smallest (flat only when the interval excludes closing the whole gap); elsewhere, of the "
+                 "largest size's effect on the claim's side minus the smallest's (undetermined when it spans 0).")
 
 
 def ladder_figure(stats_: Sequence[LadderStat], out_dir: str | Path, name: str = "ladder",
