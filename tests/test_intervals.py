@@ -136,3 +136,19 @@ def test_learned_level_and_combine_order():
     assert combine([REPRODUCED, short_of_scale("x"), underpowered("y")]).reason == "scale"
     assert combine([effect_excluded("e"), short_of_scale("x")]).reason == "effect_excluded"
     assert combine([pre, effect_excluded("e")]).reason == "precondition"
+
+
+def test_a_bounded_quantity_is_clipped_to_its_range_and_says_so():
+    from dlmlab.report.intervals import clip, hierarchical_ci, mean_ci
+
+    acc = [1.0, 0.98, 0.9]
+    raw = mean_ci(acc)
+    assert raw.hi > 1  # a t-interval of accuracies near 1 runs past 1
+    iv = mean_ci(acc, bounds=(0, 1))
+    assert (iv.mean, iv.lo, iv.hi) == (raw.mean, raw.lo, 1.0) and iv.method == "t, clipped to [0, 1]"
+    assert iv.fmt().endswith("(n=3 seeds, t, clipped to [0, 1])")
+    assert mean_ci([0.4, 0.5, 0.6], bounds=(0, 1)) == mean_ci([0.4, 0.5, 0.6])  # inside: unchanged
+    one = hierarchical_ci([[0.0, 0.0, 0.1, 0.0]], bounds=(0, 1))
+    assert one.lo == 0.0 and one.method == "t-items, clipped to [0, 1]"
+    with pytest.raises(ValueError, match="low < high"):
+        clip(raw, (1, 0))

@@ -73,8 +73,24 @@ def _finite(values) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
-def mean_ci(values: Sequence[float], level: float = LEVEL, unit: str = "seeds") -> Interval:
-    """Student-t ``level`` interval of the mean of ``values`` [n] (NaNs dropped).
+def clip(iv: Interval, bounds: tuple[float, float] | None) -> Interval:
+    """``iv`` with its ends clipped to ``bounds`` (a bounded quantity: an accuracy lies in [0, 1]); the method
+    then says ``clipped``.  Clipping never lowers coverage: the true mean lies inside the bounds."""
+    if bounds is None or not (math.isfinite(iv.lo) and math.isfinite(iv.hi)):
+        return iv
+    b0, b1 = bounds
+    if b0 >= b1:
+        raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
+    lo, hi = max(iv.lo, b0), min(iv.hi, b1)
+    if (lo, hi) == (iv.lo, iv.hi):
+        return iv
+    return Interval(iv.mean, lo, hi, iv.n, f"{iv.method}, clipped to [{b0:g}, {b1:g}]", iv.level, iv.unit)
+
+
+def mean_ci(values: Sequence[float], level: float = LEVEL, unit: str = "seeds",
+            bounds: tuple[float, float] | None = None) -> Interval:
+    """Student-t ``level`` interval of the mean of ``values`` [n] (NaNs dropped); ``bounds``: the quantity's range
+    (e.g. ``(0, 1)`` for an accuracy), to which the interval is clipped (:func:`clip`).
 
     ``n < 2``: the mean (or NaN) with a NaN interval, ``method="none"``: one value has no interval."""
     _check_level(level)
@@ -86,7 +102,7 @@ def mean_ci(values: Sequence[float], level: float = LEVEL, unit: str = "seeds") 
         return Interval(m, float("nan"), float("nan"), 1, "none", level, unit)
     se = float(x.std(ddof=1)) / math.sqrt(x.size)
     half = float(stats.t.ppf(0.5 + level / 2, x.size - 1)) * se
-    return Interval(m, m - half, m + half, int(x.size), "t", level, unit)
+    return clip(Interval(m, m - half, m + half, int(x.size), "t", level, unit), bounds)
 
 
 def paired_diff_ci(a: Sequence[float], b: Sequence[float], level: float = LEVEL, unit: str = "seeds") -> Interval:
@@ -114,20 +130,20 @@ def bootstrap_ci(values: Sequence[float], level: float = LEVEL, n_boot: int = N_
     return Interval(float(x.mean()), float(lo), float(hi), int(x.size), "bootstrap", level, unit)
 
 
-def hierarchical_ci(values, level: float = LEVEL) -> Interval:
+def hierarchical_ci(values, level: float = LEVEL, bounds: tuple[float, float] | None = None) -> Interval:
     """Interval of the mean of ``values`` [S, N] (seeds x evaluation items, the same items in every row).
 
     ``S >= 2``: the Student-t interval across the S seed means (each seed mean already carries its own
     evaluation noise, so the interval carries both the training-run and the evaluation variance);
     ``S == 1``: the t-interval across the N items, ``method="t-items"``, ``unit="items"``: evaluation noise
-    only, which says nothing about another training seed."""
+    only, which says nothing about another training seed.  ``bounds``: see :func:`mean_ci`."""
     x = np.asarray(values, dtype=float)
     if x.ndim != 2 or x.size == 0 or not np.isfinite(x).all():
         raise ValueError(f"values must be a finite, non-empty [seeds, items] array, got shape {x.shape}")
     if x.shape[0] == 1:
         iv = mean_ci(x[0], level, unit="items")
-        return Interval(iv.mean, iv.lo, iv.hi, iv.n, "t-items" if iv.n > 1 else "none", level, "items")
-    return mean_ci(x.mean(1), level, unit="seeds")
+        return clip(Interval(iv.mean, iv.lo, iv.hi, iv.n, "t-items" if iv.n > 1 else "none", level, "items"), bounds)
+    return mean_ci(x.mean(1), level, unit="seeds", bounds=bounds)
 
 
 @dataclass(frozen=True)
