@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 OUT ?= runs/all
 PRESET ?= cpu
 
-.PHONY: setup lock demo test test-fast test-all test-latest browser bench clean
+.PHONY: setup lock demo test test-fast test-all test-latest browser bench zoo clean
 
 LOCK := requirements/lock.txt
 LATEST_VENV ?= .venv-latest
@@ -52,6 +52,10 @@ test-fast: setup
 
 test-all: setup browser
 	$(BIN)/python -m pytest
+
+# Retrain every zoo model from its recorded command and export it into src/dlmlab/zoo/models (docs/zoo.md).
+zoo: setup
+	$(BIN)/python -m dlmlab.zoo.build --work runs/zoo
 
 bench: setup
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done

@@ -16,6 +16,7 @@ COMMANDS = {
     "rate": "serve a blind pairwise preference page for samples (`dlmlab sample --out` files)",
     "sample": "decode text from a masked-diffusion run (orders, blocks, KV reuse, infilling)",
     "lm-eval": "run the lm-evaluation-harness on a run or Hugging Face folder (harness flags pass through)",
+    "zoo": "list the trained models the package ships (load one with dlmlab.load(\"zoo:NAME\"))",
 }
 
 EPILOG = """examples:

@@ -251,9 +251,11 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
     ``step``: with a run folder, load its checkpoint of that training step instead of the latest one
     (``Loaded.step`` says which was loaded); a step the run does not keep is a one-line error listing
     the steps it has.  A path that is none of these is a one-line :class:`~dlmlab.errors.UserError`
-    saying what is accepted.
+    saying what is accepted.  ``"zoo:NAME"`` loads a model of the zoo the package ships (:mod:`dlmlab.zoo`).
     """
-    p = Path(path)
+    from dlmlab.zoo import is_zoo, resolve
+
+    p = resolve(path) if is_zoo(path) else Path(path)
     if not p.exists():
         raise UserError(f"{p} does not exist; {ACCEPTED}")
     if not p.is_dir():

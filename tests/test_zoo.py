@@ -1,0 +1,81 @@
+"""The model zoo (issue 36): every shipped model loads by name and still shows what it showed when exported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import dlmlab
+from dlmlab.errors import UserError
+from dlmlab.zoo import ROOT, entries, entry, is_zoo, measure, resolve
+from dlmlab.zoo.build import export
+from dlmlab.zoo.recipes import RECIPES
+
+from conftest import REPO
+
+ENTRIES = entries()
+#: the zoo stays small: it ships inside the package
+MAX_ZOO_BYTES = 8 * 2 ** 20
+
+
+def test_every_recipe_is_exported_and_the_zoo_stays_small():
+    assert sorted(e.name for e in ENTRIES) == sorted(RECIPES)
+    size = sum(f.stat().st_size for f in ROOT.rglob("*") if f.is_file())
+    assert size < MAX_ZOO_BYTES, f"the zoo is {size / 2 ** 20:.1f} MiB"
+
+
+@pytest.mark.parametrize("e", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_a_zoo_model_still_shows_what_it_showed_when_exported(e):
+    run = dlmlab.load(f"zoo:{e.name}")
+    assert run.step == json.loads((e.path / "state.json").read_text())["step"]
+    now = getattr(measure, e.measure)(run, e.eval)
+    assert now.keys() == e.shows.keys()
+    for k, v in e.shows.items():
+        assert now[k] == pytest.approx(v, rel=1e-4, abs=1e-5), k
+    curve = [json.loads(x) for x in (e.path / "curve.jsonl").read_text().splitlines()]
+    assert curve and curve[-1]["step"] <= run.step and curve[-1]["loss"] < curve[0]["loss"]
+    assert e.command and e.commit and (REPO / e.command[2]).exists() if e.command[1] == "train" else True
+
+
+def test_zoo_names_resolve_and_an_unknown_one_names_the_closest(tmp_path):
+    assert is_zoo("zoo:x") and not is_zoo(tmp_path) and not is_zoo("runs/x")
+    for e in ENTRIES:
+        assert resolve(f"zoo:{e.name}") == e.path
+    if ENTRIES:
+        name = ENTRIES[0].name
+        with pytest.raises(UserError, match=f"did you mean {name}"):
+            entry(name[:-1] + "x")
+    with pytest.raises(UserError, match="no zoo model 'nothing_like_it'"):
+        dlmlab.load("zoo:nothing_like_it")
+
+
+def test_export_copies_the_checkpoint_without_optimizer_and_measures_it(tmp_path):
+    run_dir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "dlmlab.cli.main", "train", str(REPO / "configs/tutorial_mdlm.yaml"),
+                    "--out", str(run_dir), "--steps", "20", "--no-progress"], check=True, capture_output=True)
+    info = export("tiny", RECIPES["shakespeare_mdlm"], run_dir, 1.0, dest_root=tmp_path / "zoo")
+    folder = tmp_path / "zoo" / "tiny"
+    assert sorted(p.name for p in folder.iterdir()) == ["curve.jsonl", "model.json", "model.safetensors",
+                                                        "state.json", "tokenizer.json", "zoo.json"]
+    assert "optimizer" not in json.loads((folder / "state.json").read_text())
+    stored = json.loads((folder / "zoo.json").read_text())
+    assert stored["step"] == 20 and stored["shows"] == info["shows"]
+    again = measure.text_lm(dlmlab.load(folder), stored["eval"])
+    assert again == pytest.approx(info["shows"])
+    # an untrained-ish model shows no circuit: the numbers are measured, not assumed
+    assert info["shows"]["prev_token_head_layer0"] < 0.5 and info["shows"]["forward_induction_accuracy"] < 0.5
+
+
+def test_dlmlab_zoo_lists_every_entry(capsys):
+    from dlmlab.cli.main import main
+
+    assert main(["zoo"]) == 0
+    out = capsys.readouterr().out
+    for e in ENTRIES:
+        assert f"zoo:{e.name}" in out
+    if ENTRIES:
+        assert main(["zoo", ENTRIES[0].name]) == 0
+        assert "trained by: " + " ".join(ENTRIES[0].command) in capsys.readouterr().out
