@@ -79,3 +79,10 @@ def test_dlmlab_zoo_lists_every_entry(capsys):
     if ENTRIES:
         assert main(["zoo", ENTRIES[0].name]) == 0
         assert "trained by: " + " ".join(ENTRIES[0].command) in capsys.readouterr().out
+
+
+def test_the_docs_table_is_the_zoo_as_shipped():
+    from dlmlab.zoo.build import DOCS_BEGIN, DOCS_END, docs_table
+
+    text = (REPO / "docs" / "zoo.md").read_text()
+    assert text.split(DOCS_BEGIN, 1)[1].split(DOCS_END, 1)[0].strip() == docs_table().strip()

@@ -79,11 +79,38 @@ def export(name: str, recipe: Recipe, run_dir: Path, wall_time_s: float | None, 
     return info
 
 
+DOCS_BEGIN, DOCS_END = "<!-- zoo:begin -->", "<!-- zoo:end -->"
+
+
+def docs_table() -> str:
+    """The zoo's entries as a markdown table (name, what it is, what it shows, how long it took, how)."""
+    from dlmlab.zoo import entries
+
+    lines = ["| entry | what it is | shows (at export) | trained by | wall time | commit |", "|---|---|---|---|---|---|"]
+    for e in entries():
+        shows = "<br>".join(f"{k} {v:.4g}" for k, v in e.shows.items())
+        wall = "-" if e.wall_time_s is None else f"{e.wall_time_s / 60:.1f} min"
+        lines.append(f"| `zoo:{e.name}` | {e.description} | {shows} | `{' '.join(e.command)}` | {wall} | "
+                     f"`{e.commit[:10]}` |")
+    return "\n".join(lines)
+
+
+def write_docs(path: Path) -> None:
+    """Replace the text between the zoo markers of ``path`` with :func:`docs_table`."""
+    text = path.read_text()
+    if DOCS_BEGIN not in text or DOCS_END not in text:
+        raise ValueError(f"{path} has no {DOCS_BEGIN} ... {DOCS_END} markers")
+    head, rest = text.split(DOCS_BEGIN, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    atomic_write_text(path, f"{head}{DOCS_BEGIN}\n{docs_table()}\n{DOCS_END}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dlmlab.zoo.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="entries to rebuild (default: all)")
     ap.add_argument("--work", default="runs/zoo", help="folder for the training runs (default runs/zoo)")
     ap.add_argument("--reuse", action="store_true", help="export a command's existing run instead of retraining")
+    ap.add_argument("--docs", default="docs/zoo.md", help="markdown page whose zoo table is rewritten afterwards")
     a = ap.parse_args(argv)
     unknown = sorted(set(a.names) - set(RECIPES))
     if unknown:
@@ -107,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         info = export(name, r, out / r.run, round(wall, 1))
         print(f"[zoo] {name}: exported step {info['step']}: " +
               ", ".join(f"{k} {v:.4g}" for k, v in info["shows"].items()), flush=True)
+    if a.docs:
+        write_docs(REPO / a.docs)
     return 0
 
 
