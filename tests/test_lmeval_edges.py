@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -134,16 +133,18 @@ def test_a_text_starting_with_bos_gets_no_second_one(bos_folder):
     assert ours.loglikelihood_rolling(reqs[1:])[0] == pytest.approx(peer.loglikelihood_rolling(reqs[1:])[0], rel=1e-5)
 
 
-def test_standard_errors_file_is_valid_json_when_one_row_gives_none(mdlm_run, tmp_path):
+def test_standard_errors_file_is_valid_json_when_one_row_gives_none(mdlm_run, tmp_path, capsys):
     """mc_num 1-2 leaves one Monte Carlo row per long continuation: its standard error is unknown (null)."""
+    from lm_eval.api.instance import Instance
+
     from dlmlab.cli.lm_eval_cmd import _write_standard_errors
 
     lm = DlmlabLM(path=str(mdlm_run), mc_num=2, greedy_check=False)
-    ctx, cont = lm.tok_encode("Repeat: a"), lm.tok_encode("bc defgh")
-    s = lm.score_pairs([(ctx, cont)])[0]
-    assert math.isnan(s.se) and math.isfinite(s.loglik)
-    exact = lm.score_pairs([(ctx, cont[:1])])[0]  # one token: exact, standard error 0
-    assert exact.se == 0
+    reqs = [Instance("loglikelihood", {}, ("Repeat: a", c), i) for i, c in enumerate(("bc defgh", "b"))]
+    (ll, _), (ll1, _) = lm.loglikelihood(reqs)
+    assert "2 loglikelihood requests by the dlmlab estimator (mc_num 2): mean standard error 0.0000 nats (1 without " \
+        "one: a single Monte Carlo row)" in capsys.readouterr().err
+    assert math.isnan(lm.stats[0]["se"]) and math.isfinite(ll) and lm.stats[1]["se"] == 0  # one token: exact
     _write_standard_errors(str(tmp_path))
     text = (tmp_path / "dlmlab_standard_errors.json").read_text()
     report = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))

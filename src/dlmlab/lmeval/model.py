@@ -234,9 +234,11 @@ class DlmlabLM(TemplateLM):
         if not self.is_diffusion or not scores:
             return
         se = [s.se for s in scores if not math.isnan(s.se)]
-        mean_se = sum(se) / len(se) if se else float("nan")
+        mean_se = f"{sum(se) / len(se):.4f} nats" if se else "unknown"
+        without = (f" ({len(scores) - len(se)} without one: a single Monte Carlo row)"
+                   if len(se) < len(scores) else "")
         print(f"dlmlab lm-eval: {len(scores)} {kind} requests by the {self.cfg.estimator} estimator "
-              f"(mc_num {self.cfg.mc_num}): mean standard error {mean_se:.4f} nats, "
+              f"(mc_num {self.cfg.mc_num}): mean standard error {mean_se}{without}, "
               f"{self.scorer.forwards_run - forwards_before} forward rows", file=sys.stderr)
 
     def _forwards(self) -> int:
