@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 OUT ?= runs/all
 PRESET ?= cpu
 
-.PHONY: setup lock demo test test-fast test-all test-latest browser bench zoo clean
+.PHONY: setup kernels lock demo test test-fast test-all test-latest browser bench zoo clean
 
 LOCK := requirements/lock.txt
 LATEST_VENV ?= .venv-latest
@@ -18,7 +18,13 @@ $(BIN)/.installed: pyproject.toml $(LOCK)
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-setup: $(BIN)/.installed
+setup: $(BIN)/.installed kernels
+
+# The C++ kernels of the Mamba / Mamba-2 models, built ahead into the per-user cache (~/.cache/dlmlab;
+# once per machine and source version, a cached load afterwards).  No compiler: it says so and the models
+# use the PyTorch scans (exit 0).
+kernels: $(BIN)/.installed
+	$(BIN)/python -m dlmlab.models.kernels
 
 # Recompile the lock from pyproject.toml (newest releases allowed by requirements/pins.txt).
 lock:

@@ -40,8 +40,8 @@ MODEL = {"objective": "mdlm",
 PROMPT = 32
 LENGTHS = (4, 16, 32)
 PER_LENGTH = 8
-# (estimator, mc_num): LLaDA's at several sample counts (its batches of 32 rows), dlmlab's at <= 32 forwards
-SETTINGS = [("llada", 16), ("llada", 32), ("llada", 64), ("llada", 128), ("dlmlab", 16), ("dlmlab", 32)]
+# (estimator, mc_num): LLaDA's at several sample counts (its batches of 32 rows), dlmlab's at 8-32 forwards
+SETTINGS = [("llada", 16), ("llada", 32), ("llada", 64), ("llada", 128), ("dlmlab", 8), ("dlmlab", 16), ("dlmlab", 32)]
 TARGET = (("dlmlab", 32), ("llada", 128))
 
 

@@ -14,7 +14,7 @@ COMMANDS = {
     "reproduce": "reproduce a study (induction, reversal, state, prediff, all) at a preset",
     "compare": "print how two reproduction runs' results and claims (or two training runs) differ",
     "rate": "serve a blind pairwise preference page for samples (`dlmlab sample --out` files)",
-    "sample": "decode text from a masked-diffusion run (orders, blocks, KV reuse, infilling)",
+    "sample": "sample text from a run: masked-diffusion decoding (orders, blocks, KV reuse, infilling) or AR",
     "lm-eval": "run the lm-evaluation-harness on a run or Hugging Face folder (harness flags pass through)",
     "zoo": "list the trained models the package ships (load one with dlmlab.load(\"zoo:NAME\"))",
 }

@@ -71,11 +71,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE")
     src.add_argument("--infill", metavar="TEXT", help="fill the [MASK:n] spans of TEXT")
     p.add_argument("--gen-len", type=int, default=64, help="tokens to generate after the prompt (default 64)")
-    p.add_argument("--num-samples", type=int, default=1)
+    p.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
     p.add_argument("--batch-size", type=int, default=16, help="samples decoded together (default 16)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the sampling (default 0; the same seed gives the same samples)")
     d = DecodeConfig()
-    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--steps", type=int, default=d.steps,
+                   help=f"masked diffusion: denoising steps, shared among blocks (default {d.steps}; "
+                        "--threshold / --factor take as many as they need)")
     p.add_argument("--order", default=d.order, help="confidence | margin | entropy | random")
     p.add_argument("--unmask-rule", default=d.unmask_rule,
                    help="how many positions each step commits: cosine | linear | ancestral (default "
@@ -92,9 +95,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "exact; the others may be approximate)")
     for old, new in RENAMED_FLAGS.items():  # refused with a one-line error naming the new flag (see run)
         p.add_argument(old, dest=f"renamed_{old[2:]}", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--refresh-every", type=int, default=d.refresh_every)
-    p.add_argument("--temperature", type=float, default=d.temperature)
-    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--refresh-every", type=int, default=d.refresh_every,
+                   help="approximate KV reuse: recompute every this many steps (default 0: at block starts only)")
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help=f"sampling temperature (default {d.temperature}; 0: greedy)")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"nucleus sampling (default {d.top_p}: off)")
     p.add_argument("--out", metavar="FILE.jsonl", help="also write one JSON line per sample")
     p.add_argument("--format", choices=("text", "jsonl"), default="text", help="what to print (default text)")
     p.add_argument("--html", metavar="PAGE.html",

@@ -364,6 +364,7 @@ class ActivationCache(Mapping):
         """The residual stream before each block and after the last, through the final norm (each with its
         own scale) and the unembedding: ``LogitLens.logits`` [n+1, B, T', V] (T': ``positions``).
         The last entry equals the model's logits."""
+        self._need_residual("logit_lens")
         stack, labels = self.accumulated_resid(apply_ln=True, return_labels=True)
         if positions is not None:
             stack = stack[:, :, positions]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from dlmlab.config import Config, require
+from dlmlab.errors import UserError
 from dlmlab.lmeval.estimators import METHODS
 
 
@@ -24,8 +26,8 @@ class LMEvalConfig(Config):
     max_length: the model's context (0: the model's positions, else 2048).
     rolling_context: masked-diffusion rolling windows keep this many preceding tokens as an unmasked
         prompt (0: disjoint windows, the bound ``dlmlab eval`` computes).
-    gen_steps / block_len / threshold / cache / order: the masked-diffusion sampler (gen_steps 0: one
-        step per generated token); temperature: sampling temperature (0: greedy; a task's
+    gen_steps / block_len / threshold / kv_reuse / order: the masked-diffusion sampler (gen_steps 0: one
+        step per generated token; kv_reuse as ``dlmlab sample --kv-reuse``); temperature: sampling temperature (0: greedy; a task's
         ``temperature`` / ``do_sample`` gen_kwargs override it); max_gen_toks: default tokens generated.
     add_bos_token: passed to a Hugging Face tokenizer's ``encode`` as ``add_special_tokens`` (None: its default,
         as the harness's ``hf`` backend does).
@@ -44,7 +46,7 @@ class LMEvalConfig(Config):
     gen_steps: int = 0
     block_len: int = 0
     threshold: float | None = None
-    cache: Literal["none", "prompt", "prefix", "dual"] = "none"
+    kv_reuse: Literal["none", "prompt", "prefix", "dual"] = "none"
     order: str = "confidence"
     temperature: float = 0.0
     max_gen_toks: int = 256
@@ -71,6 +73,9 @@ def from_model_args(args: dict[str, Any]) -> LMEvalConfig:
     from dlmlab.config import from_dict
 
     args = {k: v for k, v in args.items() if v is not None}
+    for old, new in RENAMED.items():
+        if old in args:
+            raise UserError(f"model_args: {old}= was renamed {new}= (as `dlmlab sample --kv-reuse`)")
     args.pop("max_batch_size", None)
     bs = args.get("batch_size")
     if isinstance(bs, str):
@@ -86,4 +91,11 @@ def from_model_args(args: dict[str, Any]) -> LMEvalConfig:
     for k in ("threshold", "temperature"):
         if isinstance(args.get(k), int) and not isinstance(args.get(k), bool):
             args[k] = float(args[k])
+    for k in _INT_FIELDS:  # the harness's command line reads "-3" as -3.0
+        if isinstance(args.get(k), float) and args[k].is_integer():
+            args[k] = int(args[k])
     return from_dict(LMEvalConfig, args, "model_args")
+
+
+RENAMED = {"cache": "kv_reuse"}  # old model_args name -> new (refused with a line naming the new one)
+_INT_FIELDS = tuple(f.name for f in dataclasses.fields(LMEvalConfig) if str(f.type).split(" |")[0] == "int")

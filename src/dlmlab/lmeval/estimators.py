@@ -30,8 +30,9 @@ model runs one forward per row, and :func:`combine` turns the cross-entropies ``
 
 Standard errors: rows come one per count stratum, so both use the collapsed-strata estimator (rows
 sorted by count, adjacent pairs: ``Var(Y_a + Y_b) ~ (Y_a - Y_b)^2``): slightly conservative for ``llada``;
-for ``dlmlab`` (whose fully masked row is exact) somewhat below the real spread, as the rows share the
-control variate's coefficients (benchmarks/bench_lmeval_mc.py reports the ratio).
+for ``dlmlab`` (whose fully masked row is exact) below the real spread, as the rows share the control
+variate's coefficients: 0.89-0.95 of it at 16-32 forwards, down to 0.62 at 8 (benchmarks/bench_lmeval_mc.py
+measures the ratio; docs/lm_eval.md quotes its run).  With one stratified row (``mc_num`` <= 2) it is NaN.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def generate_tokens(lm, requests: list[GenRequest], generator: torch.Generator) 
         n = r0.max_gen_toks
         if lm.is_diffusion:
             dc = DecodeConfig(steps=cfg.gen_steps or n, order=cfg.order, threshold=cfg.threshold,
-                              block_len=cfg.block_len, kv_reuse=cfg.cache, temperature=r0.temperature,
+                              block_len=cfg.block_len, kv_reuse=cfg.kv_reuse, temperature=r0.temperature,
                               noise=lm.run.noise if lm.run.noise is not None else "linear")
             toks = generate(lm.run.model, prompt, n, dc, generator, mask_id=lm.run.mask_id,
                             shift_logits=lm.run.shift_logits).tokens

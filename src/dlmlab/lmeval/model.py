@@ -38,6 +38,15 @@ def _is_hf_tokenizer(tok) -> bool:
     return hasattr(tok, "convert_ids_to_tokens")
 
 
+def _se_summary(se: list[float]) -> dict:
+    """Count, mean and root sum of squares of standard errors; those that could not be estimated (NaN: one
+    Monte Carlo row, ``mc_num`` <= 2) are counted in ``without_se`` and left out (None when none is left)."""
+    known = [x for x in se if not math.isnan(x)]
+    return {"requests": len(se), "without_se": len(se) - len(known),
+            "mean_se": sum(known) / len(known) if known else None,
+            "rss_se": math.sqrt(sum(x * x for x in known)) if known else None}
+
+
 @register_model("dlmlab")
 class DlmlabLM(TemplateLM):
     """The harness model for a dlmlab run, checkpoint or Hugging Face folder (options: :class:`LMEvalConfig`).
@@ -84,10 +93,10 @@ class DlmlabLM(TemplateLM):
         kinds: dict[str, list[float]] = {}
         for r in self.stats:
             kinds.setdefault(r["kind"], []).append(r["se"])
-        summary = {k: {"requests": len(v), "mean_se": sum(v) / len(v), "rss_se": math.sqrt(sum(x * x for x in v))}
-                   for k, v in kinds.items()}
+        summary = {k: _se_summary(v) for k, v in kinds.items()}
+        requests = [{**r, "se": None if math.isnan(r["se"]) else r["se"]} for r in self.stats]
         return {"model": str(self.run.source), "estimator": self.cfg.estimator if self.is_diffusion else "exact",
-                "mc_num": self.cfg.mc_num if self.is_diffusion else None, "summary": summary, "requests": self.stats}
+                "mc_num": self.cfg.mc_num if self.is_diffusion else None, "summary": summary, "requests": requests}
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "DlmlabLM":
@@ -146,6 +155,8 @@ class DlmlabLM(TemplateLM):
         tok = self.run.tokenizer
         if self.hf_tokenizer:
             flag = add_special_tokens if add_special_tokens is not None else self.cfg.add_bos_token
+            if add_special_tokens is None and string.startswith(self._prefix_text()):
+                flag = False  # the text already starts with the BOS string: no second one (as the hf backend)
             ids = tok.encode(string, **({} if flag is None else {"add_special_tokens": flag}))
         else:
             try:
@@ -153,6 +164,14 @@ class DlmlabLM(TemplateLM):
             except ValueError as e:
                 raise UserError(f"{self.run.source}'s tokenizer cannot encode the task text: {e}") from None
         return ids[-left_truncate_len:] if left_truncate_len else ids
+
+    def _prefix_text(self) -> str:
+        """The prefix token (BOS, else EOS) as text; a text starting with it gets no special tokens added
+        (the hf backend's rule; never empty, so that every text does not match)."""
+        if not hasattr(self, "_prefix_str"):
+            text = self.run.tokenizer.decode(self.prefix_token_id)
+            self._prefix_str = text if text else "\0never"
+        return self._prefix_str
 
     def tok_decode(self, ids: list[int]) -> str:
         tok = self.run.tokenizer
@@ -163,6 +182,10 @@ class DlmlabLM(TemplateLM):
         """:class:`~dlmlab.lmeval.scoring.Score` (log-likelihood, standard error, greedy, forwards) per
         (context ids, continuation ids) pair; recorded in :attr:`stats`."""
         if not self.is_diffusion:
+            for _, cont in pairs:
+                if len(cont) > self.max_length:
+                    raise UserError(f"a continuation of {len(cont)} tokens exceeds the model's {self.max_length} "
+                                    "positions (as the harness's hf backend, it is refused, not cut)")
             scores = ar_scores(self.run.model, pairs, self.max_length, self.cfg.batch_size, self._ar_kwargs,
                                self._device)
         else:
@@ -211,9 +234,11 @@ class DlmlabLM(TemplateLM):
         if not self.is_diffusion or not scores:
             return
         se = [s.se for s in scores if not math.isnan(s.se)]
-        mean_se = sum(se) / len(se) if se else float("nan")
+        mean_se = f"{sum(se) / len(se):.4f} nats" if se else "unknown"
+        without = (f" ({len(scores) - len(se)} without one: a single Monte Carlo row)"
+                   if len(se) < len(scores) else "")
         print(f"dlmlab lm-eval: {len(scores)} {kind} requests by the {self.cfg.estimator} estimator "
-              f"(mc_num {self.cfg.mc_num}): mean standard error {mean_se:.4f} nats, "
+              f"(mc_num {self.cfg.mc_num}): mean standard error {mean_se}{without}, "
               f"{self.scorer.forwards_run - forwards_before} forward rows", file=sys.stderr)
 
     def _forwards(self) -> int:

@@ -16,8 +16,8 @@ order and add their dB, dC; dA, dD are summed over the batch afterwards in a fix
 results do not depend on the thread count.  ``x``, ``Bm``, ``Cm`` may be strided over batch and
 time (slices of the Mamba-2 block's ``xBC``): they are read in place, not copied.
 
-The extension is compiled once per user, source, flags, torch/Python version and CPU (the same
-flags and cache root as :mod:`dlmlab.models.fused_scan`) into
+The extension is compiled once per user, source content, flags, torch/Python version and CPU (the same
+flags, cache root, staged sources and one-line notice as :mod:`dlmlab.models.fused_scan`) into
 ``$XDG_CACHE_HOME/dlmlab/ssd_scan/<key>`` and loaded from there afterwards.  When it cannot be
 built, :func:`fused_ssd_scan` warns once and falls back to the pure-PyTorch chunked
 :func:`~dlmlab.models.ssd.ssd_scan`; tensors off the CPU or of other dtypes take that path silently.
