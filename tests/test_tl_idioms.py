@@ -18,7 +18,7 @@ from dlmlab.data.tokenizer import CharTokenizer
 from dlmlab.errors import UserError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.models.factory import build_model
-from dlmlab.interp.tl_names import from_tl_name
+from dlmlab.interp.tl_names import from_tl_name, to_tl_name
 
 V = 11
 
@@ -40,7 +40,12 @@ def test_tl_names_map_to_dlmlab_names():
     assert from_tl_name("blocks.*.hook_resid_post") == "blocks.*.resid_post"
     assert from_tl_name("hook_embed") == "embed"
     assert from_tl_name("blocks.1.attn.hook_result") == "blocks.1.attn.head_out"
-    assert from_tl_name("ln_final.hook_normalized") == "final"
+    assert from_tl_name("ln_final.hook_normalized") == "ln_final.normalized"
+    assert from_tl_name("blocks.0.ln2.hook_scale") == "blocks.0.ln2.scale"
+    for ours in ("embed", "blocks.1.attn.head_out", "blocks.0.attn.z", "ln_final.normalized", "blocks.1.mlp.post"):
+        assert from_tl_name(to_tl_name(ours)) == ours
+    assert to_tl_name("blocks.0.attn.head_out") == "blocks.0.attn.hook_result"
+    assert [to_tl_name(n) for n in ("final", "logits", "blocks.0.mixer_out", "blocks.0.mixer.dt")] == [None] * 4
     assert from_tl_name("blocks.1.mlp.hook_post") == "blocks.1.mlp.post"
     assert from_tl_name("blocks.0.resid_pre") == "blocks.0.resid_pre"
 
@@ -71,7 +76,7 @@ def test_run_with_hooks_forward_and_backward():
         return z
 
     ablated = m.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_z", zero_head)])
-    assert seen == ["blocks.0.attn.z"]
+    assert seen == ["blocks.0.attn.hook_z"]                               # the name it was registered by
     with m.replace({"blocks.0.attn.z": lambda z: zero_head(z, type("H", (), {"name": "x"}))}):
         expected = m(x)
     assert torch.allclose(ablated, expected)
@@ -86,7 +91,7 @@ def test_run_with_hooks_forward_and_backward():
     logits = m.run_with_hooks(x, bwd_hooks=[("blocks.0.hook_resid_post", lambda g, hook: grads.update({hook.name: g}))])
     logits[:, -1, 3].sum().backward()
     _, c = m.run_with_cache(x, ["blocks.0.resid_post"], loss_fn=lambda lg: lg[:, -1, 3].sum())
-    assert torch.allclose(grads["blocks.0.resid_post"], c.grads["blocks.0.resid_post"], atol=1e-6)
+    assert torch.allclose(grads["blocks.0.hook_resid_post"], c.grads["blocks.0.resid_post"], atol=1e-6)
     with pytest.raises(UserError, match=r"\(name, fn\) pairs"):
         m.run_with_hooks(x, fwd_hooks=["embed"])
 

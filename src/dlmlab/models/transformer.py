@@ -41,7 +41,7 @@ class Transformer(ProtocolMethods, AttentionViews, HookedModule):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
         self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layers)])
-        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, hooked=True)
         self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
         if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
             self.unembed.weight = self.tok_emb.weight
