@@ -6,6 +6,8 @@ TransformerLens's ``cache["blocks.0.hook_resid_post"]`` (:mod:`dlmlab.interp.tl_
 ``blocks.1.attn.pattern``), with ``grads`` (d loss / d activation, when run with ``loss_fn``),
 ``step`` (e.g. the denoising step it was recorded at) and ``meta`` (the forward keywords used).
 Points ``run_with_cache(names=None)`` defers (attention patterns) are listed and computed on first read.
+A norm's opt-in points (``ln_final.normalized`` / ``scale``, ``blocks.{i}.ln1|ln2.*``; TransformerLens's
+``hook_normalized`` / ``hook_scale``), when not recorded, are computed on read from the cached stream the norm reads.
 
 Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`dlmlab.models.protocol`):
 
@@ -15,8 +17,10 @@ Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`d
 * :meth:`ActivationCache.stack_head_results` [layers*H, B, T, D]: per-head attention outputs built on
   demand from the cached ``z`` and W_O (attention models; nothing per-head needs caching);
 * :meth:`ActivationCache.apply_ln_to_stack`: a stack of parts of the stream seen through a norm,
-  with the scale of the cached full stream there (TransformerLens's convention);
+  centred and divided by the scale of the cached full stream there, without the norm's weight
+  (TransformerLens's convention; ``weighted=True`` applies it);
 * :meth:`ActivationCache.logit_attrs`: direct logit attribution of each part of such a stack;
+* :meth:`ActivationCache.stack_activation`, :meth:`ActivationCache.remove_batch_dim`: TransformerLens's;
 * :meth:`ActivationCache.logit_lens`: the stream after each block through the final norm and unembedding.
 
 This module sits beside :mod:`dlmlab.interp.hooks` (below the models, which import the hooks) and imports

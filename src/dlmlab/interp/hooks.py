@@ -22,15 +22,21 @@ TransformerLens's way (``blocks.0.attn.hook_pattern``; :mod:`dlmlab.interp.tl_na
 attached (``model.tokenizer``; :func:`dlmlab.load` attaches the run's), ``to_tokens`` / ``to_str_tokens`` /
 ``to_string``.
 
+TransformerLens's hook management works too: ``add_hook`` / ``reset_hooks``, ``hooks(fwd_hooks=...)``, and
+``return_type="loss"`` on every forward (:mod:`dlmlab.interp.loss`).
+
 ``names`` is ``None`` (all points except the opt-in ones), a list of exact names / ``fnmatch``
-globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
+globs, or a predicate ``name -> bool``, called with each point's dlmlab name and, where it has one, its
+TransformerLens name (:func:`~dlmlab.interp.tl_names.to_tl_name`); a hook function gets ``hook.name`` as the
+name the point was chosen by, and ``hook.layer()``.  *Opt-in* points are those that cost a lot to build and
 are only built when hooked (the per-head attention output ``blocks.{i}.attn.head_out``
 [B,T,H,D]; see :attr:`HookedModule.opt_in_points`): ``names=None`` leaves them out, a name or
 glob / predicate that matches them takes them.  *Deferred* points (the attention pattern
 ``blocks.{i}.attn.pattern``, which needs the slower explicit attention path; see
 :attr:`HookedModule.deferred_points`) are, in ``run_with_cache(names=None)``, left out of the
-forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`).
-Every name or glob must match at least one hook point,
+forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`); a
+name, glob or predicate that asks for them records them in the one forward.
+Every name, glob or predicate must match at least one hook point,
 else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
 closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
 activation's device and dtype.  Hooks are always removed on exit, also on error.
@@ -352,7 +358,9 @@ class HookedModule(nn.Module):
         With ``names=None`` the deferred points (attention patterns) are not recorded during this
         forward, which then keeps the fast attention kernel; the cache lists them and computes them
         all on the first read of one, by a second forward of the same tokens and keywords (copies
-        taken now: editing ``tokens`` in place afterwards does not change the patterns).  That
+        taken now: editing ``tokens`` in place afterwards does not change the patterns).  That read costs
+        a forward on the explicit attention path; to read patterns, ask for them instead (a name, glob or
+        predicate that matches them: ``names_filter=lambda n: n.endswith("hook_pattern") or ...``).  That
         forward must see the same model: reading raises a :class:`UserError` if a parameter or buffer
         changed since, or if hooks are attached at that moment.  They are recorded in this forward
         instead when they are named, or when hooks are attached now, ``detach=False``, ``loss_fn``
