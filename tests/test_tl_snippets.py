@@ -138,6 +138,13 @@ def test_add_hook_permanent_and_bwd():
     assert sorted(grads) == ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"]
     with pytest.raises(UserError, match="dir must be"):
         m.add_hook("embed", lambda a, hook: None, dir="up")
+    with torch.no_grad():                                                  # hooks(): add_hook inside is reset at the end
+        with m.hooks(fwd_hooks=[("blocks.0.hook_resid_post", lambda a, hook: a * 0)]) as same:
+            m.add_hook("blocks.1.hook_resid_post", lambda a, hook: a * 2)
+            hooked = same(x)
+        with m.hooks({"blocks.0.resid_post": lambda a, hook: a * 0}):
+            m.add_hook("blocks.1.hook_resid_post", lambda a, hook: a * 2)
+        assert same is m and not torch.allclose(hooked, plain) and torch.equal(m(x), plain)
 
 
 def test_return_type_loss_of_a_diffusion_model_is_its_objectives_nelbo():
@@ -179,6 +186,10 @@ def test_to_single_token_and_to_tokens_write_the_mask():
     assert m.to_string(ids[0]) == "ab[M]c[M]"                           # and back
     with pytest.raises(UserError, match="2 tokens"):
         m.to_single_token("ab")
+    with torch.no_grad():
+        _, cache = m.run_with_cache(ids)
+    parts = cache.decompose_resid()
+    assert torch.equal(cache.logit_attrs(parts, "c", "[M]"), cache.logit_attrs(parts, tok.encode("c")[0], V))
     ar = _perturbed()
     ar.tokenizer = tok
     with pytest.raises(UserError, match="no mask id"):
@@ -193,10 +204,16 @@ def test_stack_activation_and_remove_batch_dim():
         _, cache = m.run_with_cache(x)
     assert torch.equal(cache.stack_activation("hook_z", layer=1)[0], cache["blocks.0.attn.z"])
     assert torch.equal(cache.stack_activation("normalized", sublayer_type="ln1")[1], cache["blocks.1.ln1.hook_normalized"])
-    assert torch.equal(cache["result", 0] if "blocks.0.attn.head_out" in cache else cache["z", 0], cache["z", 0])
+    assert torch.equal(cache["hook_q", 1], cache["blocks.1.attn.q"]) and torch.equal(cache["q", 1, "attn"], cache["q", 1])
+    assert torch.equal(cache["resid_mid", 0, "block"], cache["blocks.0.resid_mid"])
     with pytest.raises(UserError, match="batch of one"):
         cache.remove_batch_dim()
     with torch.no_grad():
         _, one = m.run_with_cache(x[:1])
     assert one.remove_batch_dim() is one and not one.has_batch_dim
     assert one["pattern", 0].shape == (4, 8, 8) and one.stack_head_results().shape == (8, 8, 16)
+    with torch.no_grad():
+        _, squeezed = m.run_with_cache(x[:1], remove_batch_dim=True)          # TransformerLens's keyword
+    assert torch.equal(squeezed["blocks.1.hook_resid_post"], cache["blocks.1.resid_post"][0])
+    assert torch.allclose(one.logit_attrs(one.decompose_resid(), x[0]),
+                          cache.logit_attrs(cache.decompose_resid(), x)[:, 0], atol=1e-12)

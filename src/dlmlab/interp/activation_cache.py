@@ -388,14 +388,14 @@ class ActivationCache(Mapping):
         """Direct logit attribution [C, B, T]: each part of ``stack`` [C, B, T, D], through the final norm
         (:meth:`apply_ln_to_stack`: centred, divided by the cached scale, the norm's weight not applied, as
         TransformerLens), dotted with ``W_U[:, tokens]`` (``tokens`` [B, T], [B] or one id; minus that of
-        ``incorrect_tokens``: a logit difference).  After :func:`~dlmlab.analysis.fold.fold_ln` the parts'
+        ``incorrect_tokens``: a logit difference; a string is one token).  After :func:`~dlmlab.analysis.fold.fold_ln` the parts'
         attributions plus the unembedding bias sum to the logit; ``weighted=True`` (not TransformerLens)
         applies the norm's weight, so they do on any model, with the norm bias's image added."""
         unembed = self._need("unembed", "logit_attrs")
         normed = self.apply_ln_to_stack(stack, layer, weighted=weighted)
-        tokens = torch.as_tensor(tokens)
+        tokens = self._token_ids(tokens)
         if incorrect_tokens is not None:
-            incorrect_tokens = torch.as_tensor(incorrect_tokens)
+            incorrect_tokens = self._token_ids(incorrect_tokens)
         W_U = unembed.weight.detach()  # [V, D]
         direction = W_U[tokens.to(W_U.device)]
         if incorrect_tokens is not None:
@@ -403,6 +403,12 @@ class ActivationCache(Mapping):
         if direction.dim() == normed.dim() - 2:  # one id per row [B]: the same id at every position
             direction = direction[..., None, :]
         return (normed * direction.to(normed.dtype)).sum(-1)
+
+    def _token_ids(self, tokens) -> torch.Tensor:
+        """ids as a tensor; a string is one token (``model.to_single_token``), as in TransformerLens."""
+        if isinstance(tokens, str):
+            return torch.tensor(_protocol_method(self.model, "to_single_token", "logit_attrs with a string")(tokens))
+        return torch.as_tensor(tokens)
 
     # -- TransformerLens's stacking and batch helpers --------------------------------------------
     def stack_activation(self, activation_name: str, layer: int = -1, sublayer_type: str | None = None) -> torch.Tensor:

@@ -371,12 +371,17 @@ class HookedModule(nn.Module):
         :func:`torch.autograd.grad`, so parameters' ``.grad`` are left alone; works with frozen
         parameters too).  Needs grad mode on; the returned logits are then detached.
         ``step``: stored as ``cache.step`` (e.g. the denoising step of a sampling trajectory).
-        ``names_filter``: TransformerLens's name for ``names`` (give one of the two).
+        ``names_filter``: TransformerLens's name for ``names`` (give one of the two); ``remove_batch_dim=True``
+        (TransformerLens's): :meth:`ActivationCache.remove_batch_dim` on the cache (a batch of one).
         """
         if names_filter is not None:
             if names is not None:
                 raise UserError("run_with_cache got both names and names_filter (the same thing); give one")
             names = names_filter
+        if forward_kwargs.pop("remove_batch_dim", False):  # TransformerLens's keyword: a batch of one, squeezed
+            logits, cache = self.run_with_cache(tokens, names, detach=detach, loss_fn=loss_fn, grad_names=grad_names,
+                                                step=step, **forward_kwargs)
+            return logits, cache.remove_batch_dim()
         points = self.select_hooks(names)
         if loss_fn is None:
             deferred: list[str] = []
