@@ -138,7 +138,7 @@ def test_add_hook_permanent_and_bwd():
     assert sorted(grads) == ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"]
     with pytest.raises(UserError, match="dir must be"):
         m.add_hook("embed", lambda a, hook: None, dir="up")
-    with torch.no_grad():                                                  # hooks(): add_hook inside is reset at the end
+    with torch.no_grad():                                          # hooks(): add_hook inside is reset at the end
         with m.hooks(fwd_hooks=[("blocks.0.hook_resid_post", lambda a, hook: a * 0)]) as same:
             m.add_hook("blocks.1.hook_resid_post", lambda a, hook: a * 2)
             hooked = same(x)
@@ -203,8 +203,10 @@ def test_stack_activation_and_remove_batch_dim():
     with torch.no_grad():
         _, cache = m.run_with_cache(x)
     assert torch.equal(cache.stack_activation("hook_z", layer=1)[0], cache["blocks.0.attn.z"])
-    assert torch.equal(cache.stack_activation("normalized", sublayer_type="ln1")[1], cache["blocks.1.ln1.hook_normalized"])
-    assert torch.equal(cache["hook_q", 1], cache["blocks.1.attn.q"]) and torch.equal(cache["q", 1, "attn"], cache["q", 1])
+    normalized = cache.stack_activation("normalized", sublayer_type="ln1")
+    assert torch.equal(normalized[1], cache["blocks.1.ln1.hook_normalized"])
+    assert torch.equal(cache["hook_q", 1], cache["blocks.1.attn.q"])
+    assert torch.equal(cache["q", 1, "attn"], cache["q", 1])
     assert torch.equal(cache["resid_mid", 0, "block"], cache["blocks.0.resid_mid"])
     with pytest.raises(UserError, match="batch of one"):
         cache.remove_batch_dim()

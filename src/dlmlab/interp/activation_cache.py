@@ -383,12 +383,14 @@ class ActivationCache(Mapping):
         return (stack, labels) if return_labels else stack
 
     @torch.no_grad()
-    def logit_attrs(self, stack: torch.Tensor, tokens: torch.Tensor | int, incorrect_tokens: torch.Tensor | int | None = None,
+    def logit_attrs(self, stack: torch.Tensor, tokens: torch.Tensor | int | str,
+                    incorrect_tokens: torch.Tensor | int | str | None = None,
                     layer: int | None = None, weighted: bool = False) -> torch.Tensor:
         """Direct logit attribution [C, B, T]: each part of ``stack`` [C, B, T, D], through the final norm
         (:meth:`apply_ln_to_stack`: centred, divided by the cached scale, the norm's weight not applied, as
         TransformerLens), dotted with ``W_U[:, tokens]`` (``tokens`` [B, T], [B] or one id; minus that of
-        ``incorrect_tokens``: a logit difference; a string is one token).  After :func:`~dlmlab.analysis.fold.fold_ln` the parts'
+        ``incorrect_tokens``: a logit difference; a string is one token).  After
+        :func:`~dlmlab.analysis.fold.fold_ln` the parts'
         attributions plus the unembedding bias sum to the logit; ``weighted=True`` (not TransformerLens)
         applies the norm's weight, so they do on any model, with the norm bias's image added."""
         unembed = self._need("unembed", "logit_attrs")
@@ -415,8 +417,9 @@ class ActivationCache(Mapping):
         """``cache[activation_name, l(, sublayer_type)]`` for blocks 0..layer-1 (-1: all) stacked [layers, ...]
         (TransformerLens's: ``stack_activation("pattern")`` -> [n_layers, B, H, T, T])."""
         upto = self._upto(layer)
-        key = (lambda i: (activation_name, i)) if sublayer_type is None else (lambda i: (activation_name, i, sublayer_type))
-        return torch.stack([self[key(i)] for i in range(upto)])
+        keys = [(activation_name, i) if sublayer_type is None else (activation_name, i, sublayer_type)
+                for i in range(upto)]
+        return torch.stack([self[k] for k in keys])
 
     @property
     def has_batch_dim(self) -> bool:

@@ -81,7 +81,8 @@ class FactoredMatrix:
         return qa @ u, s, qb @ vh.transpose(-2, -1)
 
     def svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(U [..., ldim, k], S [..., k], V [..., rdim, k])`` with ``M = U diag(S) V^T`` (k = min(ldim, mdim, rdim))."""
+        """``(U [..., ldim, k], S [..., k], V [..., rdim, k])`` with ``M = U diag(S) V^T``
+        (k = min(ldim, mdim, rdim))."""
         return self._svd
 
     U = property(lambda self: self._svd[0])

@@ -348,7 +348,8 @@ class HookedModule(nn.Module):
                        loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
                        grad_names: NameFilter = None, step: int | None = None, names_filter: NameFilter = None,
                        **forward_kwargs):
-        """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.interp.activation_cache.ActivationCache`
+        """Run the model once and return ``(logits, cache)``: an
+        :class:`~dlmlab.interp.activation_cache.ActivationCache`
         of the activations at the points ``names`` chooses (``None``: every point but the opt-in ones,
         e.g. per-head outputs, which :meth:`ActivationCache.stack_head_results` builds from ``z``).
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 from dlmlab.errors import UserError
 
