@@ -132,10 +132,17 @@ def test_add_hook_permanent_and_bwd():
         m.reset_hooks(including_permanent=True)
         assert torch.equal(m(x), plain)
     grads = []
-    m.add_hook(lambda n: n.endswith("hook_resid_pre"), lambda g, hook: grads.append(hook.name), dir="bwd")
+
+    def count(g, hook):
+        grads.append(hook.name)
+        hook.ctx["calls"] = hook.ctx.get("calls", 0) + 1               # TransformerLens's hook.ctx
+
+    m.add_hook(lambda n: n.endswith("hook_resid_pre"), count, dir="bwd")
     m(x).sum().backward()
+    assert m.hook_points["blocks.1.resid_pre"].ctx == {"calls": 1}
     m.reset_hooks()
     assert sorted(grads) == ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre"]
+    assert m.hook_points["blocks.1.resid_pre"].ctx == {}
     with pytest.raises(UserError, match="dir must be"):
         m.add_hook("embed", lambda a, hook: None, dir="up")
     with torch.no_grad():                                          # hooks(): add_hook inside is reset at the end

@@ -70,6 +70,7 @@ class HookPoint(nn.Module):
         self.opt_in = opt_in  # True: costly to build, left out of ``names=None`` (cache / run_with_cache)
         self.deferred = False  # True: run_with_cache(names=None) computes it on first read (see deferred_points)
         self._fns: list[HookFn] = []
+        self.ctx: dict = {}  # TransformerLens's hook.ctx: state a hook function keeps between calls
 
     @property
     def active(self) -> bool:
@@ -219,6 +220,8 @@ class HookedModule(nn.Module):
     deferred_points: tuple[str, ...] = ("*.attn.pattern",)
     #: the text tokenizer of ``to_tokens`` / ``to_str_tokens`` / ``to_string`` (``dlmlab.load`` sets the run's)
     tokenizer = None
+    #: the objective of ``return_type="loss"`` (:mod:`dlmlab.interp.loss`); set it to ``dlmlab.load(run).objective``
+    objective = None
 
     _TL_CALL_KEYWORDS = ("return_type", "objective", "loss_seed", "loss_per_token")
 
@@ -308,8 +311,12 @@ class HookedModule(nn.Module):
         removers = self._attach_pairs(pair if dir == "fwd" else (), pair if dir == "bwd" else (), "add_hook")
         self._added().extend((r, is_permanent) for r in removers)
 
-    def reset_hooks(self, including_permanent: bool = False) -> None:
-        """Remove the hooks :meth:`add_hook` attached (the permanent ones too with ``including_permanent``)."""
+    def reset_hooks(self, including_permanent: bool = False, clear_contexts: bool = True) -> None:
+        """Remove the hooks :meth:`add_hook` attached (the permanent ones too with ``including_permanent``) and
+        empty every point's ``hook.ctx`` (unless ``clear_contexts=False``)."""
+        if clear_contexts:
+            for hp in self._hook_points.values():
+                hp.ctx.clear()
         keep = []
         for remove, permanent in self._added():
             if permanent and not including_permanent:
