@@ -59,7 +59,7 @@ def _run(model, tokens) -> dict:
 def _same(a, b, key: str) -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.shape == b.shape, (key, getattr(b, "shape", b), a.shape)
-        assert torch.allclose(a, b.to(a.dtype), atol=1e-8, rtol=1e-6), (key, (a - b).abs().max().item())
+        assert torch.allclose(a, b.to(a.dtype), atol=1e-10, rtol=0), (key, (a - b).abs().max().item())
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), key
         for x, y in zip(a, b):

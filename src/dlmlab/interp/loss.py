@@ -41,7 +41,7 @@ def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, pad_id: int | No
                     per_token: bool = False) -> torch.Tensor:
     """TransformerLens's ``lm_cross_entropy_loss``: logits [B,T,V], tokens [B,T] -> mean NLL of ``tokens[:, 1:]``
     (``per_token``: [B, T-1]); ``pad_id`` targets are left out of the mean."""
-    logp = logits[:, :-1].float().log_softmax(-1)
+    logp = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)  # float64 stays
     tgt = tokens[:, 1:].to(logits.device)
     nll = -logp.gather(-1, tgt[..., None])[..., 0]
     if per_token:
