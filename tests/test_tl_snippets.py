@@ -226,3 +226,35 @@ def test_stack_activation_and_remove_batch_dim():
     assert torch.equal(squeezed["blocks.1.hook_resid_post"], cache["blocks.1.resid_post"][0])
     assert torch.allclose(one.logit_attrs(one.decompose_resid(), x[0]),
                           cache.logit_attrs(cache.decompose_resid(), x)[:, 0], atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_text_helpers_match_transformer_lens_with_the_same_tokenizer(tmp_path):
+    """to_single_token / to_tokens / to_str_tokens / to_string and logit_attrs with a token string, against
+    TransformerLens given the same BPE tokenizer (as a Hugging Face tokenizer) and the same weights."""
+    from transformers import PreTrainedTokenizerFast
+
+    from dlmlab.data.tokenizer import BPETokenizer
+
+    eos = "<|endoftext|>"
+    tok = BPETokenizer.train("the cat sat on the mat. the dog sat on the log. " * 20, vocab_size=300,
+                             special_tokens=[eos])
+    PreTrainedTokenizerFast(tokenizer_object=tok.tok, eos_token=eos, pad_token=eos, bos_token=eos).save_pretrained(
+        tmp_path)
+    m = _perturbed(vocab_size=tok.tok.get_vocab_size())
+    ref = tl_twin(m)
+    ref.set_tokenizer(PreTrainedTokenizerFast.from_pretrained(tmp_path))
+    m.tokenizer = tok
+    text = " the cat sat on the mat"
+    assert m.to_single_token(" cat") == ref.to_single_token(" cat")
+    ids = m.to_tokens(text)
+    assert torch.equal(ids, ref.to_tokens(text, prepend_bos=False))
+    assert torch.equal(m.to_tokens([" the cat", " the dog"]), ref.to_tokens([" the cat", " the dog"], prepend_bos=False))
+    assert m.to_str_tokens(text) == ref.to_str_tokens(text, prepend_bos=False)
+    assert m.to_string(ids[0]) == ref.to_string(ids[0])
+    with torch.no_grad():
+        _, ours = m.run_with_cache(ids)
+        _, theirs = ref.run_with_cache(ids)
+    got = ours.logit_attrs(ours.decompose_resid(apply_ln=False), " cat", " dog")
+    want = theirs.logit_attrs(theirs.decompose_resid(apply_ln=False), " cat", " dog")
+    assert torch.allclose(got, want, atol=1e-10)
