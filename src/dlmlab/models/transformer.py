@@ -6,7 +6,9 @@ Follows :mod:`dlmlab.models.protocol` (family "transformer").  Hook points: ``em
 (``mixer_out`` = ``attn_out``, the attention sublayer's output; the MLP's is ``mlp_out``, see
 :mod:`dlmlab.models.block`), ``blocks.{i}.attn.{q,k,v,z}`` [B,T,H,d_head],
 ``blocks.{i}.attn.pattern`` [B,H,Tq,Tk], ``blocks.{i}.attn.head_out`` [B,T,H,D], ``final``
-[B,T,D] (after the final norm) and ``logits`` [B,T,V].
+[B,T,D] (after the final norm) and ``logits`` [B,T,V]; inside each norm (opt-in, TransformerLens's
+``hook_scale`` / ``hook_normalized``; :mod:`dlmlab.models.norm`) ``ln_final.scale`` [B,T,1] and
+``ln_final.normalized`` [B,T,D] (before the weight and bias), and the same under ``blocks.{i}.ln1`` / ``ln2``.
 """
 
 from __future__ import annotations
