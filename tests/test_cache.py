@@ -171,17 +171,24 @@ def test_apply_ln_to_stack_reproduces_the_norm_and_logits(norm, tokens):
     model = tiny_transformer(norm=norm)
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens)
-    # unfolded: the normalised parts plus the norm's bias give the norm's output
+    # unfolded, TransformerLens's convention: the parts sum to the norm's output before its weight and bias
+    # (its "normalized" point); weighted=True: the parts times the weight, plus the bias, give the norm's output
     bias = model.ln_final.bias if norm == "layernorm" else 0
     parts = cache.apply_ln_to_stack(cache.decompose_resid())
-    assert torch.allclose(parts.sum(0) + bias, cache["final"], atol=ATOL)
+    assert torch.allclose(parts.sum(0), cache["ln_final.hook_normalized"], atol=ATOL)
+    assert torch.allclose(parts.sum(0) * model.ln_final.weight + bias, cache["final"], atol=ATOL)
+    weighted = cache.apply_ln_to_stack(cache.decompose_resid(), weighted=True)
+    assert torch.allclose(weighted.sum(0) + bias, cache["final"], atol=ATOL)
+    assert not torch.allclose(weighted, parts, atol=1e-2)              # the weight is not 1: the two differ
     assert torch.allclose(cache.decompose_resid(apply_ln=True), parts)
     # at a block's norm (with the scale of that block's cached input)
     with torch.no_grad():
         ln1 = model.blocks[1].ln1(cache["blocks.1.resid_pre"])
     bias1 = model.blocks[1].ln1.bias if norm == "layernorm" else 0
-    at_1 = cache.apply_ln_to_stack(cache.decompose_resid(layer=1), layer=1)
+    at_1 = cache.apply_ln_to_stack(cache.decompose_resid(layer=1), layer=1, weighted=True)
     assert torch.allclose(at_1.sum(0) + bias1, ln1, atol=ATOL)
+    at_1 = cache.apply_ln_to_stack(cache.decompose_resid(layer=1), layer=1)
+    assert torch.allclose(at_1.sum(0), cache["blocks.1.ln1.hook_normalized"], atol=ATOL)
     # folded (TransformerLens's setting): parts @ W_U (+ b_U) sum to the logits; heads + the rest too
     folded = fold_ln(model)
     with torch.no_grad():
@@ -303,3 +310,14 @@ def test_logit_attrs_sum_to_the_logit(tokens):
     assert torch.allclose(attrs.sum(0) + b_U[target], want, atol=1e-4)
     diff = cache.logit_attrs(cache.decompose_resid(), target, other).sum(0) + b_U[target] - b_U[other]
     assert torch.allclose(diff, want - logits[..., 0], atol=1e-4)
+    # unfolded: weighted=True applies the norm's weight, so the parts plus the images of the norm's and the
+    # unembedding's biases sum to the logit; the default (TransformerLens's) leaves the weight out
+    model = tiny_transformer()
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens)
+    want = logits.gather(-1, target[..., None])[..., 0]
+    W = model.unembed.weight[target]
+    attrs = cache.logit_attrs(cache.decompose_resid(), target, weighted=True)
+    assert torch.allclose(attrs.sum(0) + (W * model.ln_final.bias).sum(-1), want, atol=1e-4)
+    plain = cache.logit_attrs(cache.decompose_resid(), target)
+    assert torch.allclose(plain.sum(0), (cache["ln_final.hook_normalized"] * W).sum(-1), atol=1e-4)

@@ -11,13 +11,18 @@ def all_inactive(model) -> bool:
 
 
 def test_hook_point_names_cover_the_documented_set():
-    names = set(tiny_transformer().hook_points)
-    expected = {"embed", "pos_embed", "final", "logits"}
+    model = tiny_transformer()
+    names = set(model.hook_points)
+    expected = {"embed", "pos_embed", "final", "logits", "ln_final.scale", "ln_final.normalized"}
     for i in range(2):
         expected |= {f"blocks.{i}.{n}" for n in ["resid_pre", "attn_out", "mixer_out", "resid_mid", "mlp_out", "resid_post",
                                                  "attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z",
-                                                 "attn.head_out", "mlp.post"]}
+                                                 "attn.head_out", "mlp.post", "ln1.scale", "ln1.normalized",
+                                                 "ln2.scale", "ln2.normalized"]}
     assert names == expected
+    # the norms' inner points (TransformerLens's hook_scale / hook_normalized) are opt-in like head_out
+    assert {n for n, h in model.hook_points.items() if h.opt_in} == {n for n in expected if n.endswith(
+        ("head_out", ".scale", ".normalized"))}
 
 
 def test_cache_records_shapes_and_is_removed(tokens):

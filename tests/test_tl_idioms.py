@@ -18,7 +18,8 @@ from dlmlab.data.tokenizer import CharTokenizer
 from dlmlab.errors import UserError
 from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.models.factory import build_model
-from dlmlab.interp.tl_names import from_tl_name
+from dlmlab.interp.tl_names import from_tl_name, to_tl_name
+from tl_util import tl_twin
 
 V = 11
 
@@ -40,7 +41,12 @@ def test_tl_names_map_to_dlmlab_names():
     assert from_tl_name("blocks.*.hook_resid_post") == "blocks.*.resid_post"
     assert from_tl_name("hook_embed") == "embed"
     assert from_tl_name("blocks.1.attn.hook_result") == "blocks.1.attn.head_out"
-    assert from_tl_name("ln_final.hook_normalized") == "final"
+    assert from_tl_name("ln_final.hook_normalized") == "ln_final.normalized"
+    assert from_tl_name("blocks.0.ln2.hook_scale") == "blocks.0.ln2.scale"
+    for ours in ("embed", "blocks.1.attn.head_out", "blocks.0.attn.z", "ln_final.normalized", "blocks.1.mlp.post"):
+        assert from_tl_name(to_tl_name(ours)) == ours
+    assert to_tl_name("blocks.0.attn.head_out") == "blocks.0.attn.hook_result"
+    assert [to_tl_name(n) for n in ("final", "logits", "blocks.0.mixer_out", "blocks.0.mixer.dt")] == [None] * 4
     assert from_tl_name("blocks.1.mlp.hook_post") == "blocks.1.mlp.post"
     assert from_tl_name("blocks.0.resid_pre") == "blocks.0.resid_pre"
 
@@ -71,7 +77,7 @@ def test_run_with_hooks_forward_and_backward():
         return z
 
     ablated = m.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_z", zero_head)])
-    assert seen == ["blocks.0.attn.z"]
+    assert seen == ["blocks.0.attn.hook_z"]                               # the name it was registered by
     with m.replace({"blocks.0.attn.z": lambda z: zero_head(z, type("H", (), {"name": "x"}))}):
         expected = m(x)
     assert torch.allclose(ablated, expected)
@@ -86,7 +92,7 @@ def test_run_with_hooks_forward_and_backward():
     logits = m.run_with_hooks(x, bwd_hooks=[("blocks.0.hook_resid_post", lambda g, hook: grads.update({hook.name: g}))])
     logits[:, -1, 3].sum().backward()
     _, c = m.run_with_cache(x, ["blocks.0.resid_post"], loss_fn=lambda lg: lg[:, -1, 3].sum())
-    assert torch.allclose(grads["blocks.0.resid_post"], c.grads["blocks.0.resid_post"], atol=1e-6)
+    assert torch.allclose(grads["blocks.0.hook_resid_post"], c.grads["blocks.0.resid_post"], atol=1e-6)
     with pytest.raises(UserError, match=r"\(name, fn\) pairs"):
         m.run_with_hooks(x, fwd_hooks=["embed"])
 
@@ -193,28 +199,8 @@ def test_weight_views_refuse_what_a_model_lacks():
 def test_against_transformer_lens_on_identical_weights(positions):
     """A HookedTransformer given dlmlab's weight views computes the same logits, activations and hooked runs
     (learned positions, and rotary ones: TransformerLens's default rotary convention is dlmlab's)."""
-    import transformer_lens as tl  # the `tl` extra (in the lock): a missing install fails here, it does not skip
-
-    assert hasattr(tl, "HookedTransformer"), "TransformerLens 3.x is needed (4.0 removed HookedTransformer)"
     m, x = _tf(positions=positions).double(), _tokens()
-    rotary = {"positional_embedding_type": "rotary", "rotary_dim": 4, "rotary_base": 10000} \
-        if positions == "rope" else {}
-    cfg = tl.HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_mlp=32, d_vocab=V,
-                                     act_fn="gelu_new", normalization_type="LN", eps=1e-5, dtype=torch.float64,
-                                     default_prepend_bos=False, **rotary)
-    ref = tl.HookedTransformer(cfg).eval()
-    sd = {"embed.W_E": m.W_E, "ln_final.w": m.ln_final.weight, "ln_final.b": m.ln_final.bias,
-          "unembed.W_U": m.W_U, "unembed.b_U": m.b_U}
-    if positions == "learned":
-        sd["pos_embed.W_pos"] = m.W_pos
-    for i, blk in enumerate(m.blocks):
-        for n in ("ln1", "ln2"):
-            sd[f"blocks.{i}.{n}.w"], sd[f"blocks.{i}.{n}.b"] = getattr(blk, n).weight, getattr(blk, n).bias
-        for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"):
-            sd[f"blocks.{i}.attn.{n}"] = getattr(m, n)[i]
-        for n in ("W_in", "b_in", "W_out", "b_out"):
-            sd[f"blocks.{i}.mlp.{n}"] = getattr(m, n)[i]
-    ref.load_state_dict({k: v.detach() for k, v in sd.items()}, strict=False)
+    ref = tl_twin(m)
     with torch.no_grad():
         tl_logits, tl_cache = ref.run_with_cache(x)
         logits, cache = m.run_with_cache(x, names_filter=lambda n: True)
@@ -223,7 +209,8 @@ def test_against_transformer_lens_on_identical_weights(positions):
     for name in names + ["blocks.0.hook_resid_pre", "blocks.1.attn.hook_q",
                  "blocks.1.attn.hook_k", "blocks.1.attn.hook_v", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_z",
                  "blocks.1.hook_attn_out", "blocks.0.hook_resid_mid", "blocks.1.mlp.hook_post",
-                 "blocks.1.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized"]:
+                 "blocks.1.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized",
+                 "ln_final.hook_scale", "blocks.0.ln1.hook_scale", "blocks.1.ln2.hook_normalized"]:
         assert torch.allclose(cache[name], tl_cache[name], atol=1e-10), name
     assert torch.allclose(cache.stack_head_results(), tl_cache.stack_head_results(), atol=1e-10)
     views = ["W_E", "W_U", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "b_in", "W_out", "b_out"]

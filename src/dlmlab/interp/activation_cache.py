@@ -6,6 +6,8 @@ TransformerLens's ``cache["blocks.0.hook_resid_post"]`` (:mod:`dlmlab.interp.tl_
 ``blocks.1.attn.pattern``), with ``grads`` (d loss / d activation, when run with ``loss_fn``),
 ``step`` (e.g. the denoising step it was recorded at) and ``meta`` (the forward keywords used).
 Points ``run_with_cache(names=None)`` defers (attention patterns) are listed and computed on first read.
+A norm's opt-in points (``ln_final.normalized`` / ``scale``, ``blocks.{i}.ln1|ln2.*``; TransformerLens's
+``hook_normalized`` / ``hook_scale``), when not recorded, are computed on read from the cached stream the norm reads.
 
 Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`dlmlab.models.protocol`):
 
@@ -15,8 +17,10 @@ Residual-stream helpers (models with ``model.residual_stream``; names of :mod:`d
 * :meth:`ActivationCache.stack_head_results` [layers*H, B, T, D]: per-head attention outputs built on
   demand from the cached ``z`` and W_O (attention models; nothing per-head needs caching);
 * :meth:`ActivationCache.apply_ln_to_stack`: a stack of parts of the stream seen through a norm,
-  with the scale of the cached full stream there (TransformerLens's convention);
+  centred and divided by the scale of the cached full stream there, without the norm's weight
+  (TransformerLens's convention; ``weighted=True`` applies it);
 * :meth:`ActivationCache.logit_attrs`: direct logit attribution of each part of such a stack;
+* :meth:`ActivationCache.stack_activation`, :meth:`ActivationCache.remove_batch_dim`: TransformerLens's;
 * :meth:`ActivationCache.logit_lens`: the stream after each block through the final norm and unembedding.
 
 This module sits beside :mod:`dlmlab.interp.hooks` (below the models, which import the hooks) and imports
@@ -33,6 +37,7 @@ The helpers compute without autograd (their results carry no graph).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -89,15 +94,23 @@ class ActivationCache(Mapping):
             from dlmlab.interp.tl_names import from_tl_name  # TransformerLens's spelling: blocks.0.attn.hook_pattern
 
             return from_tl_name(key)
-        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and isinstance(key[1], int):
-            short, layer = key
-            layer = self._layer_index(layer)
-            for name in (f"blocks.{layer}.{short}", f"blocks.{layer}.attn.{short}", f"blocks.{layer}.mlp.{short}",
-                         f"blocks.{layer}.mixer.{short}"):
-                if name in self._store or name in self._points():
-                    return name
-            return f"blocks.{layer}.{short}"
-        raise TypeError(f"cache keys are hook names or (name, layer) pairs, got {key!r}")
+        if (isinstance(key, tuple) and len(key) in (2, 3) and isinstance(key[0], str) and isinstance(key[1], int)
+                and (len(key) == 2 or key[2] is None or isinstance(key[2], str))):
+            return self._short_name(key[0], self._layer_index(key[1]), key[2] if len(key) == 3 else None)
+        raise TypeError(f"cache keys are hook names, (name, layer) or (name, layer, sublayer) tuples, got {key!r}")
+
+    def _short_name(self, short: str, layer: int, sublayer: str | None) -> str:
+        """The hook name of ``cache[short, layer(, sublayer)]``, TransformerLens's short names included
+        (``"pattern"``, ``"hook_z"``, ``"result"``, ``("normalized", 0, "ln1")``)."""
+        short = _SHORT_ALIASES.get(short.removeprefix("hook_"), short.removeprefix("hook_"))
+        if sublayer is not None:
+            sub = _SUBLAYER_ALIASES.get(sublayer, sublayer)
+            return f"blocks.{layer}.{sub}.{short}" if sub else f"blocks.{layer}.{short}"
+        for name in (f"blocks.{layer}.{short}", f"blocks.{layer}.attn.{short}", f"blocks.{layer}.mlp.{short}",
+                     f"blocks.{layer}.mixer.{short}"):
+            if name in self._store or name in self._points():
+                return name
+        return f"blocks.{layer}.{short}"
 
     def _points(self) -> dict:
         return getattr(self.model, "hook_points", {}) or {}
@@ -123,10 +136,31 @@ class ActivationCache(Mapping):
         name = self._key(key)
         if name in self._pending:
             self._fill()
+        if name not in self._store and name in self._points() and _NORM_POINT.match(name):
+            derived = self._norm_point(name)
+            if derived is not None:
+                return derived
         try:
             return self._store[name]
         except KeyError:
             raise self._missing(name) from None
+
+    @torch.no_grad()
+    def _norm_point(self, name: str) -> torch.Tensor | None:
+        """A norm's ``scale`` [..., 1] / ``normalized`` [..., D] (opt-in points) computed from the cached stream
+        it reads, as the norm computes them; None when that stream is not cached."""
+        m = _NORM_POINT.match(name)
+        layer = self.n_layers if m.group(1) is None else int(m.group(1))
+        mlp_input = m.group(2) == "ln2"
+        stream = (f"blocks.{self.n_layers - 1}.resid_post" if layer == self.n_layers
+                  else f"blocks.{layer}.{'resid_mid' if mlp_input else 'resid_pre'}")
+        if stream not in self:
+            return None
+        resid, norm = self[stream], self._norm_at(layer, mlp_input)
+        scale = _protocol_method(self.model, "norm_scale", "a norm's hook point")(norm, resid)
+        if m.group(3) == "scale":
+            return scale[..., None].to(resid.dtype)
+        return _protocol_method(self.model, "scale_like_norm", "a norm's hook point")(norm, resid, scale, weight=False)
 
     def _missing(self, name: str, needed_by: str = "") -> MissingActivation:
         who = f"{needed_by} needs " if needed_by else ""
@@ -296,15 +330,19 @@ class ActivationCache(Mapping):
         return f"blocks.{i}.mixer_out"
 
     @torch.no_grad()
-    def apply_ln_to_stack(self, stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False) -> torch.Tensor:
+    def apply_ln_to_stack(self, stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
+                          weighted: bool = False) -> torch.Tensor:
         """Parts of the residual stream [C, B, T, D] seen through the norm that reads the stream at ``layer``
         (None / -1: the final norm; else block ``layer``'s first norm, or its MLP's with ``mlp_input``).
 
-        Each part is centred (LayerNorm), divided by the per-token scale of the *cached full stream*
-        there (so the parts keep adding up) and multiplied by the norm's weight (1 after
-        :func:`~dlmlab.analysis.fold.fold_ln`, which is TransformerLens's convention); the norm's bias
-        is not added (it belongs to no part): ``apply_ln_to_stack(parts).sum(0) + bias`` is the norm's output.
-        A stack without the batch dimension is not supported (shapes must end in the cached [B, T, D])."""
+        As TransformerLens: each part is centred (LayerNorm) and divided by the per-token scale of the
+        *cached full stream* there (so the parts keep adding up), and neither the norm's weight nor its
+        bias is applied, so ``apply_ln_to_stack(parts).sum(0)`` is the norm's ``normalized`` point (the
+        norm's output before its weight and bias; after :func:`~dlmlab.analysis.fold.fold_ln` the weight
+        is 1 and the bias 0, so it is then the norm's output).  ``weighted=True`` (not TransformerLens):
+        also multiply by the norm's weight, so ``apply_ln_to_stack(parts, weighted=True).sum(0) + bias``
+        is the norm's output on any model.  The stack's shape ends in the cached stream's ([B, T, D], or
+        [T, D] after :meth:`remove_batch_dim`)."""
         upto = self._upto(layer)
         _, resid = self._resid_at(upto, mlp_input)
         norm = self._norm_at(upto, mlp_input)
@@ -312,7 +350,8 @@ class ActivationCache(Mapping):
             raise UserError(f"apply_ln_to_stack wants a stack [C, {', '.join(map(str, resid.shape))}] "
                             f"(parts of the cached stream), got {tuple(stack.shape)}")
         scale = _protocol_method(self.model, "norm_scale", "apply_ln_to_stack")(norm, resid)
-        return _protocol_method(self.model, "scale_like_norm", "apply_ln_to_stack")(norm, stack, scale)
+        like_norm = _protocol_method(self.model, "scale_like_norm", "apply_ln_to_stack")
+        return like_norm(norm, stack, scale) if weighted else like_norm(norm, stack, scale, weight=False)
 
     @torch.no_grad()
     def stack_head_results(self, layer: int | None = None, apply_ln: bool = False, return_labels: bool = False):
@@ -332,7 +371,7 @@ class ActivationCache(Mapping):
             attn = self.model.blocks[i].attn
             H, dh = z.shape[-2], z.shape[-1]
             W_O = attn.W_o.weight.detach().T.reshape(H, dh, -1).to(z.dtype)  # [H, dh, D]
-            parts.append(torch.einsum("bthd,hdm->hbtm", z, W_O))
+            parts.append(torch.einsum("...hd,hdm->h...m", z, W_O))
             labels += [f"L{i}H{h}" for h in range(H)]
         if parts:
             stack = torch.cat(parts)
@@ -344,19 +383,63 @@ class ActivationCache(Mapping):
         return (stack, labels) if return_labels else stack
 
     @torch.no_grad()
-    def logit_attrs(self, stack: torch.Tensor, tokens: torch.Tensor, incorrect_tokens: torch.Tensor | None = None,
-                    layer: int | None = None) -> torch.Tensor:
+    def logit_attrs(self, stack: torch.Tensor, tokens: torch.Tensor | int | str,
+                    incorrect_tokens: torch.Tensor | int | str | None = None,
+                    layer: int | None = None, weighted: bool = False) -> torch.Tensor:
         """Direct logit attribution [C, B, T]: each part of ``stack`` [C, B, T, D], through the final norm
-        (:meth:`apply_ln_to_stack`), dotted with the unembedding row of ``tokens`` [B, T] (minus that of
-        ``incorrect_tokens``: a logit difference).  The parts' attributions plus the unembedding bias
-        (and, unfolded, the norm bias's image) sum to the logit."""
+        (:meth:`apply_ln_to_stack`: centred, divided by the cached scale, the norm's weight not applied, as
+        TransformerLens), dotted with ``W_U[:, tokens]`` (``tokens`` [B, T], [B] or one id; minus that of
+        ``incorrect_tokens``: a logit difference; a string is one token).  After
+        :func:`~dlmlab.analysis.fold.fold_ln` the parts'
+        attributions plus the unembedding bias sum to the logit; ``weighted=True`` (not TransformerLens)
+        applies the norm's weight, so they do on any model, with the norm bias's image added."""
         unembed = self._need("unembed", "logit_attrs")
-        normed = self.apply_ln_to_stack(stack, layer)
+        normed = self.apply_ln_to_stack(stack, layer, weighted=weighted)
+        tokens = self._token_ids(tokens)
+        if incorrect_tokens is not None:
+            incorrect_tokens = self._token_ids(incorrect_tokens)
         W_U = unembed.weight.detach()  # [V, D]
         direction = W_U[tokens.to(W_U.device)]
         if incorrect_tokens is not None:
             direction = direction - W_U[incorrect_tokens.to(W_U.device)]
+        if direction.dim() == normed.dim() - 2:  # one id per row [B]: the same id at every position
+            direction = direction[..., None, :]
         return (normed * direction.to(normed.dtype)).sum(-1)
+
+    def _token_ids(self, tokens) -> torch.Tensor:
+        """ids as a tensor; a string is one token (``model.to_single_token``), as in TransformerLens."""
+        if isinstance(tokens, str):
+            return torch.tensor(_protocol_method(self.model, "to_single_token", "logit_attrs with a string")(tokens))
+        return torch.as_tensor(tokens)
+
+    # -- TransformerLens's stacking and batch helpers --------------------------------------------
+    def stack_activation(self, activation_name: str, layer: int = -1, sublayer_type: str | None = None) -> torch.Tensor:
+        """``cache[activation_name, l(, sublayer_type)]`` for blocks 0..layer-1 (-1: all) stacked [layers, ...]
+        (TransformerLens's: ``stack_activation("pattern")`` -> [n_layers, B, H, T, T])."""
+        upto = self._upto(layer)
+        keys = [(activation_name, i) if sublayer_type is None else (activation_name, i, sublayer_type)
+                for i in range(upto)]
+        return torch.stack([self[k] for k in keys])
+
+    @property
+    def has_batch_dim(self) -> bool:
+        return not self.meta.get("batch_removed", False)
+
+    def remove_batch_dim(self) -> "ActivationCache":
+        """TransformerLens's: drop the batch dimension of every activation (and gradient) of a batch-of-one cache,
+        in place (returns the cache); the helpers then take stacks [C, T, D] and tokens [T]."""
+        if not self.has_batch_dim:
+            return self
+        if self._pending:
+            self._fill()
+        sizes = {int(v.shape[0]) for v in list(self._store.values()) + list(self.grads.values())}
+        if sizes != {1}:
+            raise UserError(f"remove_batch_dim needs a batch of one; this cache's batch is {sorted(sizes)}")
+        for store in (self._store, self.grads):
+            for k in list(store):
+                store[k] = store[k][0]
+        self.meta["batch_removed"] = True
+        return self
 
     # -- logit lens --------------------------------------------------------------------------------
     @torch.no_grad()
@@ -370,6 +453,13 @@ class ActivationCache(Mapping):
             stack = stack[:, :, positions]
         unembed = self._need("unembed", "logit_lens")
         return LogitLens(unembed(stack.to(unembed.weight.dtype)), labels)
+
+
+_NORM_POINT = re.compile(r"^(?:blocks\.(\d+)\.(ln1|ln2)|ln_final)\.(scale|normalized)$")
+# TransformerLens's short activation names (utils.get_act_name) that are not dlmlab's
+_SHORT_ALIASES = {"result": "head_out", "attn": "pattern", "key": "k", "query": "q", "value": "v",
+                  "mlp_post": "post", "mlp_pre": "pre"}
+_SUBLAYER_ALIASES = {"a": "attn", "attention": "attn", "m": "mlp", "b": "", "block": "", "blocks": ""}
 
 
 @dataclass

@@ -22,15 +22,21 @@ TransformerLens's way (``blocks.0.attn.hook_pattern``; :mod:`dlmlab.interp.tl_na
 attached (``model.tokenizer``; :func:`dlmlab.load` attaches the run's), ``to_tokens`` / ``to_str_tokens`` /
 ``to_string``.
 
+TransformerLens's hook management works too: ``add_hook`` / ``reset_hooks``, ``hooks(fwd_hooks=...)``, and
+``return_type="loss"`` on every forward (:mod:`dlmlab.interp.loss`).
+
 ``names`` is ``None`` (all points except the opt-in ones), a list of exact names / ``fnmatch``
-globs, or a predicate ``name -> bool``.  *Opt-in* points are those that cost a lot to build and
+globs, or a predicate ``name -> bool``, called with each point's dlmlab name and, where it has one, its
+TransformerLens name (:func:`~dlmlab.interp.tl_names.to_tl_name`); a hook function gets ``hook.name`` as the
+name the point was chosen by, and ``hook.layer()``.  *Opt-in* points are those that cost a lot to build and
 are only built when hooked (the per-head attention output ``blocks.{i}.attn.head_out``
 [B,T,H,D]; see :attr:`HookedModule.opt_in_points`): ``names=None`` leaves them out, a name or
 glob / predicate that matches them takes them.  *Deferred* points (the attention pattern
 ``blocks.{i}.attn.pattern``, which needs the slower explicit attention path; see
 :attr:`HookedModule.deferred_points`) are, in ``run_with_cache(names=None)``, left out of the
-forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`).
-Every name or glob must match at least one hook point,
+forward and computed on first read by a second forward (see :meth:`HookedModule.run_with_cache`); a
+name, glob or predicate that asks for them records them in the one forward.
+Every name, glob or predicate must match at least one hook point,
 else :class:`UnknownHookPoint` (a :class:`~dlmlab.errors.UserError`) names it and the
 closest known points.  Tensors given to ``replace`` / ``add`` are moved to the
 activation's device and dtype.  Hooks are always removed on exit, also on error.
@@ -64,6 +70,7 @@ class HookPoint(nn.Module):
         self.opt_in = opt_in  # True: costly to build, left out of ``names=None`` (cache / run_with_cache)
         self.deferred = False  # True: run_with_cache(names=None) computes it on first read (see deferred_points)
         self._fns: list[HookFn] = []
+        self.ctx: dict = {}  # TransformerLens's hook.ctx: state a hook function keeps between calls
 
     @property
     def active(self) -> bool:
@@ -85,8 +92,47 @@ class HookPoint(nn.Module):
                 x = out
         return x
 
+    def layer(self) -> int:
+        """The block index in the name (``blocks.3.attn.z`` -> 3), as TransformerLens's ``hook.layer()``."""
+        return layer_of(self.name)
+
     def extra_repr(self) -> str:
         return self.name
+
+
+def layer_of(name: str) -> int:
+    m = re.match(r"^blocks\.(\d+)\.", name)
+    if m is None:
+        raise UserError(f"hook point {name!r} is not inside a block, so it has no layer")
+    return int(m.group(1))
+
+
+class HookView:
+    """What a hook function gets as ``hook`` when the point was chosen by a name other than its dlmlab one
+    (TransformerLens's spelling): ``hook.name`` is that name, ``hook.layer()`` works, and anything else
+    is the :class:`HookPoint`'s."""
+
+    __slots__ = ("point", "name")
+
+    def __init__(self, point: HookPoint, name: str) -> None:
+        self.point, self.name = point, name
+
+    def layer(self) -> int:
+        return layer_of(self.point.name)
+
+    def __getattr__(self, attr: str):
+        return getattr(self.point, attr)
+
+    def __repr__(self) -> str:
+        return f"HookView({self.name!r} = {self.point.name!r})"
+
+
+def _as_named(fn: HookFn, point: HookPoint, name: str) -> HookFn:
+    """``fn`` called with ``hook.name == name`` (``fn`` itself when ``name`` is the point's own)."""
+    if name == point.name:
+        return fn
+    view = HookView(point, name)
+    return lambda x, hp: fn(x, view)
 
 
 class UnknownHookPoint(UserError, KeyError):
@@ -97,16 +143,16 @@ class UnknownHookPoint(UserError, KeyError):
 
 
 def _patterns(names: NameFilter) -> list[str] | None:
-    """The explicit names / globs in ``names`` (None for "all" or a predicate)."""
+    """The explicit names / globs in ``names`` as given (None for "all" or a predicate)."""
     if names is None or callable(names):
         return None
     if isinstance(names, str):
-        return [tl_names.from_tl_name(names)]
+        return [names]
     patterns = list(names)
     for p in patterns:
         if not isinstance(p, str):
             raise TypeError(f"hook names must be strings (names or fnmatch globs), got {type(p).__name__} {p!r}")
-    return [tl_names.from_tl_name(p) for p in patterns]
+    return patterns
 
 
 def _unknown(pattern: str, known: list[str]) -> UnknownHookPoint:
@@ -120,15 +166,46 @@ def _unknown(pattern: str, known: list[str]) -> UnknownHookPoint:
                             f"include {some}; see model.hook_points)")
 
 
-def _matcher(names: NameFilter) -> Callable[[str], bool]:
-    if names is None:
-        return lambda n: True
+def _unmatched_predicate(pred: Callable, known: list[str]) -> UnknownHookPoint:
+    """The error for a predicate true for no point: the closest points to the strings in its code."""
+    both = known + [t for t in map(tl_names.to_tl_name, known) if t]
+    tails = sorted({n.rpartition(".")[2] for n in both} | {n.split(".", 2)[-1] for n in both})
+    words = [c for c in getattr(getattr(pred, "__code__", None), "co_consts", ()) if isinstance(c, str)]
+    close = list(dict.fromkeys(t for w in words for t in difflib.get_close_matches(w, tails, n=3, cutoff=0.6)))
+    hint = f"; closest point names: {', '.join(repr(c) for c in close[:5])}" if close else ""
+    what = getattr(pred, "__qualname__", type(pred).__name__)
+    examples = ", ".join(f"{n!r} ({tl_names.to_tl_name(n)!r})" for n in known[:3] if tl_names.to_tl_name(n))
+    return UnknownHookPoint(f"the predicate {what} is true for none of the model's {len(known)} hook points "
+                            f"(it is called with each point's dlmlab and TransformerLens name, e.g. {examples}){hint}; "
+                            "see model.hook_points")
+
+
+def _match(names: NameFilter, points: Mapping[str, "HookPoint"]) -> dict[str, str]:
+    """{dlmlab name: the name it was chosen by} for the points ``names`` chooses (a name, a glob, a list of
+    them, or a predicate, each in either spelling); raises :class:`UnknownHookPoint` for a name, glob or
+    predicate that matches none."""
+    known = list(points)
     if callable(names):
-        return names
-    if isinstance(names, str):
-        names = [names]
-    patterns = list(names)
-    return lambda n: any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns)
+        chosen = {}
+        for n in known:
+            if names(n):
+                chosen[n] = n
+            else:
+                tl = tl_names.to_tl_name(n)
+                if tl is not None and names(tl):
+                    chosen[n] = tl
+        if not chosen:
+            raise _unmatched_predicate(names, known)
+        return chosen
+    chosen = {}
+    for p in _patterns(names) or []:
+        ours = tl_names.from_tl_name(p)
+        hits = [n for n in known if n == ours or fnmatch.fnmatchcase(n, ours)]
+        if not hits:
+            raise _unknown(ours, known)
+        for n in hits:
+            chosen.setdefault(n, n if ours == p else (p if n == ours else tl_names.to_tl_name(n) or n))
+    return {n: chosen[n] for n in known if n in chosen}  # in forward order
 
 
 class HookedModule(nn.Module):
@@ -143,6 +220,22 @@ class HookedModule(nn.Module):
     deferred_points: tuple[str, ...] = ("*.attn.pattern",)
     #: the text tokenizer of ``to_tokens`` / ``to_str_tokens`` / ``to_string`` (``dlmlab.load`` sets the run's)
     tokenizer = None
+    #: the objective of ``return_type="loss"`` (:mod:`dlmlab.interp.loss`); set it to ``dlmlab.load(run).objective``
+    objective = None
+
+    _TL_CALL_KEYWORDS = ("return_type", "objective", "loss_seed", "loss_per_token")
+
+    def __call__(self, *args, **kwargs):
+        """The forward, with TransformerLens's ``return_type`` ("logits" / "loss" / "both" / None) taken first
+        (:mod:`dlmlab.interp.loss`); without it, exactly ``nn.Module.__call__``."""
+        if not any(k in kwargs for k in self._TL_CALL_KEYWORDS):
+            return super().__call__(*args, **kwargs)
+        from dlmlab.interp.loss import call_with_return_type
+
+        if not args:
+            raise UserError("return_type needs the tokens as the first argument")
+        call = super().__call__
+        return call_with_return_type(self, call, *args, **kwargs)
 
     def setup_hooks(self) -> None:
         self._hook_points: dict[str, HookPoint] = {}
@@ -165,28 +258,72 @@ class HookedModule(nn.Module):
         silently)."""
         if names is None:
             return {n: h for n, h in self._hook_points.items() if not h.opt_in}
-        patterns = _patterns(names)
-        if patterns is not None:
-            known = list(self._hook_points)
-            for p in patterns:
-                if not any(n == p or fnmatch.fnmatchcase(n, p) for n in known):
-                    raise _unknown(p, known)
-            names = patterns
-        match = _matcher(names)
-        return {n: h for n, h in self._hook_points.items() if match(n)}
+        return {n: self._hook_points[n] for n in _match(names, self._hook_points)}
+
+    def _attach_pairs(self, fwd_hooks: Iterable = (), bwd_hooks: Iterable = (), what: str = "run_with_hooks"
+                      ) -> list[Callable[[], None]]:
+        """Attach TransformerLens's ``(name_or_predicate, fn)`` pairs (``bwd_hooks``: on the gradient) ->
+        their removers; ``hook.name`` is the name a point was chosen by.  Attaches none when one is bad."""
+        plan = []
+        for hooks, backward in ((fwd_hooks, False), (bwd_hooks, True)):
+            for pair in hooks:
+                if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])):
+                    raise UserError(f"{what} wants (name, fn) pairs, got {pair!r}")
+                name, fn = pair
+                for n, shown in _match(name if callable(name) else [name], self._hook_points).items():
+                    hp = self._hook_points[n]
+                    named = _as_named(fn, hp, shown)
+                    plan.append((hp, _on_grad(named) if backward else named))
+        return [hp.attach(fn) for hp, fn in plan]
 
     @contextlib.contextmanager
-    def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
-        """Attach ``{name_or_glob: fn}`` for the duration of the block."""
+    def hooks(self, fns: Mapping[str, HookFn] | None = None, *, fwd_hooks: Iterable = (), bwd_hooks: Iterable = (),
+              reset_hooks_end: bool = True) -> Iterator["HookedModule"]:
+        """Attach ``{name_or_glob: fn}`` (dlmlab) or TransformerLens's ``fwd_hooks=[(name_or_predicate, fn)]`` /
+        ``bwd_hooks=[...]`` for the duration of the block (yields the model).  ``reset_hooks_end=True`` (as in
+        TransformerLens) also removes the hooks :meth:`add_hook` added inside the block."""
+        before = len(self._added())
         removers = []
         try:
-            for pattern, fn in fns.items():
-                for hp in self.select_hooks([pattern]).values():
-                    removers.append(hp.attach(fn))
-            yield
+            removers = self._attach_pairs(list((fns or {}).items()) + list(fwd_hooks), bwd_hooks, "hooks")
+            yield self
         finally:
             for r in removers:
                 r()
+            if reset_hooks_end:
+                added = self._added()
+                for remove, _ in added[before:]:
+                    remove()
+                del added[before:]
+
+    def _added(self) -> list:
+        """The (remover, permanent) of each hook :meth:`add_hook` attached."""
+        if "_added_hooks" not in self.__dict__:
+            self.__dict__["_added_hooks"] = []
+        return self.__dict__["_added_hooks"]
+
+    def add_hook(self, name, hook: HookFn, dir: str = "fwd", is_permanent: bool = False) -> None:
+        """TransformerLens's ``add_hook``: attach ``hook(activation, hook)`` at the points ``name`` (a name, glob or
+        predicate) chooses until :meth:`reset_hooks` (``dir="bwd"``: on the gradient)."""
+        if dir not in ("fwd", "bwd"):
+            raise UserError(f"add_hook: dir must be 'fwd' or 'bwd', got {dir!r}")
+        pair = [(name, hook)]
+        removers = self._attach_pairs(pair if dir == "fwd" else (), pair if dir == "bwd" else (), "add_hook")
+        self._added().extend((r, is_permanent) for r in removers)
+
+    def reset_hooks(self, including_permanent: bool = False, clear_contexts: bool = True) -> None:
+        """Remove the hooks :meth:`add_hook` attached (the permanent ones too with ``including_permanent``) and
+        empty every point's ``hook.ctx`` (unless ``clear_contexts=False``)."""
+        if clear_contexts:
+            for hp in self._hook_points.values():
+                hp.ctx.clear()
+        keep = []
+        for remove, permanent in self._added():
+            if permanent and not including_permanent:
+                keep.append((remove, permanent))
+            else:
+                remove()
+        self._added()[:] = keep
 
     def _attach_each(self, points: Mapping[str, HookPoint], fn: HookFn) -> list[Callable[[], None]]:
         return [hp.attach(fn) for hp in points.values()]
@@ -218,7 +355,8 @@ class HookedModule(nn.Module):
                        loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
                        grad_names: NameFilter = None, step: int | None = None, names_filter: NameFilter = None,
                        **forward_kwargs):
-        """Run the model once and return ``(logits, cache)``: an :class:`~dlmlab.interp.activation_cache.ActivationCache`
+        """Run the model once and return ``(logits, cache)``: an
+        :class:`~dlmlab.interp.activation_cache.ActivationCache`
         of the activations at the points ``names`` chooses (``None``: every point but the opt-in ones,
         e.g. per-head outputs, which :meth:`ActivationCache.stack_head_results` builds from ``z``).
 
@@ -228,7 +366,9 @@ class HookedModule(nn.Module):
         With ``names=None`` the deferred points (attention patterns) are not recorded during this
         forward, which then keeps the fast attention kernel; the cache lists them and computes them
         all on the first read of one, by a second forward of the same tokens and keywords (copies
-        taken now: editing ``tokens`` in place afterwards does not change the patterns).  That
+        taken now: editing ``tokens`` in place afterwards does not change the patterns).  That read costs
+        a forward on the explicit attention path; to read patterns, ask for them instead (a name, glob or
+        predicate that matches them: ``names_filter=lambda n: n.endswith("hook_pattern") or ...``).  That
         forward must see the same model: reading raises a :class:`UserError` if a parameter or buffer
         changed since, or if hooks are attached at that moment.  They are recorded in this forward
         instead when they are named, or when hooks are attached now, ``detach=False``, ``loss_fn``
@@ -239,12 +379,17 @@ class HookedModule(nn.Module):
         :func:`torch.autograd.grad`, so parameters' ``.grad`` are left alone; works with frozen
         parameters too).  Needs grad mode on; the returned logits are then detached.
         ``step``: stored as ``cache.step`` (e.g. the denoising step of a sampling trajectory).
-        ``names_filter``: TransformerLens's name for ``names`` (give one of the two).
+        ``names_filter``: TransformerLens's name for ``names`` (give one of the two); ``remove_batch_dim=True``
+        (TransformerLens's): :meth:`ActivationCache.remove_batch_dim` on the cache (a batch of one).
         """
         if names_filter is not None:
             if names is not None:
                 raise UserError("run_with_cache got both names and names_filter (the same thing); give one")
             names = names_filter
+        if forward_kwargs.pop("remove_batch_dim", False):  # TransformerLens's keyword: a batch of one, squeezed
+            logits, cache = self.run_with_cache(tokens, names, detach=detach, loss_fn=loss_fn, grad_names=grad_names,
+                                                step=step, **forward_kwargs)
+            return logits, cache.remove_batch_dim()
         points = self.select_hooks(names)
         if loss_fn is None:
             deferred: list[str] = []
@@ -299,23 +444,12 @@ class HookedModule(nn.Module):
         is the point's name) -> logits.  ``bwd_hooks``: ``fn(grad, hook)`` on d loss / d activation, run when
         the caller back-propagates from the logits (a returned tensor replaces the gradient).  Hooks are
         removed when the forward returns (backward hooks stay on the autograd graph of this forward only).
-        A name may be spelt TransformerLens's way (``blocks.0.attn.hook_z``)."""
-
-        def backward(fn: HookFn) -> HookFn:
-            def attach_grad(x: torch.Tensor, hp: HookPoint) -> None:
-                if x.requires_grad:
-                    x.register_hook(lambda g: fn(g, hp))
-            return attach_grad
+        A name, glob or predicate may use TransformerLens's spelling (``blocks.0.attn.hook_z``); ``hook.name``
+        is then that spelling.  ``return_type="loss"`` (a keyword of every forward): see :mod:`dlmlab.interp.loss`."""
 
         removers = []
         try:
-            for hooks, wrap in ((fwd_hooks, None), (bwd_hooks, backward)):
-                for pair in hooks:
-                    if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])):
-                        raise UserError(f"run_with_hooks wants (name, fn) pairs, got {pair!r}")
-                    name, fn = pair
-                    points = self.select_hooks(name if callable(name) else [name])
-                    removers += self._attach_each(points, wrap(fn) if wrap else fn)
+            removers = self._attach_pairs(fwd_hooks, bwd_hooks)
             return self(tokens, **forward_kwargs)
         finally:
             for r in removers:
@@ -323,8 +457,13 @@ class HookedModule(nn.Module):
 
     # TransformerLens's text helpers, with the attached tokenizer (see dlmlab.interp.tl_names)
     def to_tokens(self, text: str | list[str], prepend_bos: bool | None = None) -> torch.Tensor:
-        """A text -> ids [1, T]; texts of one token length -> [B, T] (on the model's device; no BOS)."""
+        """A text -> ids [1, T]; texts of one token length -> [B, T] (on the model's device; no BOS).
+        ``"[M]"`` in a text is the mask token of a masked-diffusion model (as ``to_string`` writes it)."""
         return tl_names.encode_texts(self, text, prepend_bos)
+
+    def to_single_token(self, text: str) -> int:
+        """The id of ``text`` when it is one token (else a :class:`~dlmlab.errors.UserError`); ``"[M]"``: the mask."""
+        return tl_names.single_token(self, text)
 
     def to_str_tokens(self, tokens) -> list[str] | list[list[str]]:
         """One string per token of a text, ids [T] / [B, T] or a list of ids."""
@@ -388,6 +527,14 @@ class _DeferredForward:
         with torch.no_grad(), m.cache(self.names) as store:
             m(self.tokens, **self.forward_kwargs)
         return store
+
+
+def _on_grad(fn: HookFn) -> HookFn:
+    """A forward hook that runs ``fn(grad, hook)`` on d loss / d activation when the caller back-propagates."""
+    def attach_grad(x: torch.Tensor, hp: HookPoint) -> None:
+        if x.requires_grad:
+            x.register_hook(lambda g: fn(g, hp))
+    return attach_grad
 
 
 def _version(t: torch.Tensor) -> int:

@@ -23,13 +23,13 @@ from dlmlab.models.norm import make_norm
 class Block(nn.Module):
     def __init__(self, cfg: TransformerConfig, layer: int) -> None:
         super().__init__()
-        self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, hooked=True)
         self.attn = Attention(cfg, layer)
         self.resid_pre, self.attn_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
         self.mixer_out = HookPoint()
         self.mlp = None
         if not cfg.attn_only:
-            self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+            self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, hooked=True)
             self.mlp = MLP(cfg)
             self.resid_mid, self.mlp_out = HookPoint(), HookPoint()
 

@@ -66,14 +66,14 @@ def norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return (x.pow(2).mean(-1) + eps).sqrt()
 
 
-def scale_like_norm(norm: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def scale_like_norm(norm: nn.Module, x: torch.Tensor, scale: torch.Tensor, weight: bool = True) -> torch.Tensor:
     """``w * P x / scale`` for ``x`` [..., D] and a given ``scale`` broadcastable to ``x.shape[:-1]``:
     the norm's output without its bias (linear in x for a fixed scale, so a sum of parts maps to the
-    sum of their images)."""
+    sum of their images).  ``weight=False``: ``P x / scale`` (TransformerLens's ``apply_ln_to_stack``)."""
     if isinstance(norm, nn.Identity):
         return x / scale[..., None].to(x.dtype)
     w, _, center, _ = norm_params(norm)
     if center:
         x = x - x.mean(-1, keepdim=True)
     y = x / scale[..., None].to(x.dtype)
-    return y * w.to(y.dtype) if w is not None else y
+    return y * w.to(y.dtype) if w is not None and weight else y

@@ -43,8 +43,8 @@ Methods (:class:`ProtocolMethods`, which every family inherits; what the interpr
 :mod:`dlmlab.interp`, asks a model, so that it imports no model)
     * ``model.has_attention()``: whether every block has attention heads (``blocks.{i}.attn.*``);
     * ``model.norm_scale(norm, x)`` [...]: the per-token scale one of the model's norms divides
-      ``x`` [..., D] by, and ``model.scale_like_norm(norm, x, scale)`` [..., D]: ``w * P x / scale``
-      (:mod:`dlmlab.models.norm_scale`);
+      ``x`` [..., D] by, and ``model.scale_like_norm(norm, x, scale, weight=True)`` [..., D]:
+      ``w * P x / scale`` (``weight=False``: ``P x / scale``; :mod:`dlmlab.models.norm_scale`);
     * ``model.family_name``: how messages name the model ("Transformer", "Mamba-2", ...).
 
 :func:`protocol_problems` lists what a model lacks; :func:`check_protocol` raises on the first.
@@ -133,10 +133,11 @@ class ProtocolMethods:
         (:func:`dlmlab.models.norm_scale.norm_scale`)."""
         return _norm_scale.norm_scale(norm, x)
 
-    def scale_like_norm(self, norm: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def scale_like_norm(self, norm: torch.nn.Module, x: torch.Tensor, scale: torch.Tensor,
+                        weight: bool = True) -> torch.Tensor:
         """``w * P x / scale`` [..., D] for ``x`` [..., D] and a ``scale`` broadcastable to ``x.shape[:-1]``
-        (:func:`dlmlab.models.norm_scale.scale_like_norm`)."""
-        return _norm_scale.scale_like_norm(norm, x, scale)
+        (``weight=False``: ``P x / scale``; :func:`dlmlab.models.norm_scale.scale_like_norm`)."""
+        return _norm_scale.scale_like_norm(norm, x, scale, weight)
 
 
 def family_of(model) -> str | None:

@@ -6,7 +6,9 @@ Follows :mod:`dlmlab.models.protocol` (family "transformer").  Hook points: ``em
 (``mixer_out`` = ``attn_out``, the attention sublayer's output; the MLP's is ``mlp_out``, see
 :mod:`dlmlab.models.block`), ``blocks.{i}.attn.{q,k,v,z}`` [B,T,H,d_head],
 ``blocks.{i}.attn.pattern`` [B,H,Tq,Tk], ``blocks.{i}.attn.head_out`` [B,T,H,D], ``final``
-[B,T,D] (after the final norm) and ``logits`` [B,T,V].
+[B,T,D] (after the final norm) and ``logits`` [B,T,V]; inside each norm (opt-in, TransformerLens's
+``hook_scale`` / ``hook_normalized``; :mod:`dlmlab.models.norm`) ``ln_final.scale`` [B,T,1] and
+``ln_final.normalized`` [B,T,D] (before the weight and bias), and the same under ``blocks.{i}.ln1`` / ``ln2``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Transformer(ProtocolMethods, AttentionViews, HookedModule):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
         self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layers)])
-        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias, hooked=True)
         self.unembed = nn.Linear(cfg.d_model, cfg.out_size, bias=False)
         if cfg.tie_embeddings and cfg.out_size == cfg.vocab_size:
             self.unembed.weight = self.tok_emb.weight

@@ -15,6 +15,9 @@ edit ``blocks[i].attn.W_q`` etc. for that):
 * ``W_in`` [L, D, d_mlp], ``b_in`` [L, d_mlp], ``W_out`` [L, d_mlp, D], ``b_out`` [L, D], and ``W_gate``
   [L, D, d_mlp] for a SwiGLU MLP (models with an MLP only).
 
+``QK`` = ``W_Q @ W_K^T`` and ``OV`` = ``W_V @ W_O`` [L, H, D, D], as :class:`~dlmlab.interp.factored.FactoredMatrix`
+(TransformerLens's ``model.QK`` / ``model.OV``; rotary models' QK is the product before RoPE, as there).
+
 ``q = resid_normed @ W_Q[l] + b_Q[l]`` per head, as in TransformerLens (before RoPE, which
 TransformerLens applies after the same projection).
 """
@@ -59,6 +62,20 @@ class AttentionViews(EmbedViews):
     b_K = property(lambda self: self._heads("b_K"), doc="[L, H, d_head]")
     b_V = property(lambda self: self._heads("b_V"), doc="[L, H, d_head]")
     b_O = property(lambda self: self._heads("b_O"), doc="[L, D]")
+
+    @property
+    def QK(self):
+        """``W_Q @ W_K^T`` [L, H, D, D], factored (:class:`~dlmlab.interp.factored.FactoredMatrix`)."""
+        from dlmlab.interp.factored import FactoredMatrix
+
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self):
+        """``W_V @ W_O`` [L, H, D, D], factored (:class:`~dlmlab.interp.factored.FactoredMatrix`)."""
+        from dlmlab.interp.factored import FactoredMatrix
+
+        return FactoredMatrix(self.W_V, self.W_O)
 
     @property
     def W_pos(self) -> torch.Tensor:
