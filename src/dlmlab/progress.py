@@ -89,7 +89,7 @@ class LineBar(std_tqdm):
         return (f"{desc.rstrip(': ')}: " if desc else "") + self.format_meter(**d)
 
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:
-        if msg is not None or self.disable or not self._ready:  # tqdm clears the bar with msg='': nothing to clear in a log
+        if msg is not None or self.disable or not self._ready:  # msg='': tqdm clearing; a log has nothing to clear
             return False
         now = self._clock()
         if self._every == 0:
