@@ -24,11 +24,10 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from dlmlab import outdir, studies
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.progress import bar as progress_bar, write as progress_write
 from dlmlab.report.claims import claim_tally
 from dlmlab.report.html import claims_text, fmt_duration, total_claims_text, write_report
 from dlmlab.report.results import load_results
@@ -239,13 +238,12 @@ def _run_all(preset: str, out: Path, progress: bool) -> Path:
             modules[name] = mod
 
     todo = [r for r in runs if r.status == "pending"]
-    bar = tqdm(total=len(runs), desc=f"all ({preset})", position=0, leave=True, dynamic_ncols=True,
-               disable=not (progress and main),
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} studies [{elapsed}{postfix}]")
-    log = bar.write if (progress and main) else (lambda s: None)
+    bar = progress_bar(total=len(runs), initial=len(runs) - len(todo), desc=f"all ({preset})", unit="study",
+                       position=0, leave=True, dynamic_ncols=True, disable=not (progress and main), log_every_s=0,
+                       bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} studies [{elapsed}{postfix}]")
+    log = progress_write if (progress and main) else (lambda s: None)
     for r in runs:
         if r.status != "pending":
-            bar.update(1)
             log(f"[{r.name}] {r.status}" + (f": {r.error.splitlines()[-1]}" if r.error else ""))
     if main:
         _write_outputs(out, preset, runs, env, started)

@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
@@ -117,7 +117,8 @@ def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, desc: 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     jobs = list(jobs)
-    outer = bar(total=len(jobs), desc=desc, unit="job", disable=not progress, dynamic_ncols=True, leave=False)
+    outer = bar(total=len(jobs), desc=desc, unit="job", disable=not progress, dynamic_ncols=True, leave=False,
+                log_every_s=0)  # in a log: a line per finished job
     try:
         results: list = []
         if workers == 1 or len(jobs) <= 1:
@@ -140,7 +141,8 @@ def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, desc: 
             futures = {ex.submit(fn, *job): i for i, job in enumerate(jobs)}
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                # each job as it ends (FIRST_EXCEPTION would wait for all of them unless one fails)
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     if f.exception() is not None:
                         raise f.exception()
