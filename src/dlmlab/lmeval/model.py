@@ -23,7 +23,7 @@ import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-from tqdm import tqdm
+from dlmlab.progress import bar
 
 from dlmlab.errors import UserError
 from dlmlab.lmeval.config import LMEvalConfig, from_model_args
@@ -249,7 +249,7 @@ class DlmlabLM(TemplateLM):
         before = self._forwards()
         scores = []
         step = max(1, self.cfg.batch_size * 8)
-        for s in tqdm(range(0, len(pairs), step), desc="dlmlab loglikelihood", disable=disable_tqdm or len(pairs) <= step):
+        for s in bar(range(0, len(pairs), step), desc="dlmlab loglikelihood", disable=disable_tqdm or len(pairs) <= step):
             scores += self.score_pairs(pairs[s:s + step])
         self._summary("loglikelihood", scores, before)
         for (key, _, _), sc in zip(requests, scores):
@@ -279,7 +279,7 @@ class DlmlabLM(TemplateLM):
         out = []
         all_scores = []
         before = self._forwards()
-        for req in tqdm(requests, desc="dlmlab rolling", disable=disable_tqdm):
+        for req in bar(requests, desc="dlmlab rolling", disable=disable_tqdm):
             (string,) = req.args
             windows = self.rolling_windows(self.tok_encode(string))
             scores = self.score_pairs(windows, "rolling window") if windows else []
