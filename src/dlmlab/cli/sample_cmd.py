@@ -111,7 +111,7 @@ def _limit(model) -> int | None:
 
 def _load(path: str, run):
     """(denoiser, tokenizer, max positions or None, noise schedule or None) of a loaded masked-diffusion run."""
-    if run.objective != "mdlm" or run.mask_id is None:
+    if not getattr(run.objective, "denoises", False) or run.mask_id is None:
         raise UserError(f"{path} holds a model trained with objective {run.objective_name!r}; masked-diffusion "
                         "decoding needs an mdlm model (`dlmlab sample` samples an ar model left to right)")
     if run.tokenizer is None:
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
                        refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
     loaded = load(args.run, step=args.step)
     page = None
-    if loaded.objective == "ar":
+    if getattr(loaded.objective, "shift_logits", False):  # a next-token objective: left to right
         rows = _sample_ar(loaded, args)
     else:
         rows, page = _sample_diffusion(loaded, cfg, args)
