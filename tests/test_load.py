@@ -1,4 +1,4 @@
-"""`dlmlab.load`: Hugging Face folders, runs written before model.json, bad paths; run configs of every
+"""`dlmlab.load`: Hugging Face folders, runs without model.json (refused), bad paths; run configs of every
 family (model.family, objective names) and what `dlmlab train` writes for loading."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_a_run_folder_without_a_checkpoint_says_so(tmp_path):
 
 
 # ------------------------------------------------------------------------------- runs and train()
-def test_cli_run_writes_model_json_and_old_runs_still_load(tmp_path):
+def test_cli_run_writes_model_json_and_runs_without_it_are_refused(tmp_path):
     out = tmp_path / "run"
     assert main(["train", str(yaml_cfg(tmp_path)), "--out", str(out)]) == 0
     card = json.loads((out / "model.json").read_text())
@@ -84,15 +84,14 @@ def test_cli_run_writes_model_json_and_old_runs_still_load(tmp_path):
     ck = latest_checkpoint(out)
     assert {"model.json", "tokenizer.json"} <= {p.name for p in ck.iterdir()}
     assert json.loads((out / "config.json").read_text())["model"]["family"] == "transformer"
-    new = dlmlab.load(out)
-    # a run from before model.json existed: config.json + tokenizer.json + checkpoints
-    for p in [out / "model.json", ck / "model.json", ck / "tokenizer.json"]:
+    assert dlmlab.load(out).step == 2
+    # a run from before model.json existed (config.json + checkpoints) is no longer loaded: one line says so
+    for p in [out / "model.json", ck / "model.json"]:
         p.unlink()
-    for path, fmt in [(out, "run"), (ck, "checkpoint")]:
-        old = dlmlab.load(path)
-        assert (old.family, old.objective, old.format, old.step) == ("transformer", "ar", fmt, 2)
-        for a, b in zip(new.model.state_dict().values(), old.model.state_dict().values()):
-            assert torch.equal(a, b)
+    with pytest.raises(UserError, match="run folder without model.json .* train it again"):
+        dlmlab.load(out)
+    with pytest.raises(UserError, match="checkpoint folder without model.json .* train it again"):
+        dlmlab.load(ck)
 
 
 def test_resume_of_another_family_checks_its_fields(tmp_path, capsys):

@@ -100,8 +100,13 @@ def objective_from_section(section: Any, where: str = "objective"):
     the ids it adds still unassigned (``for_vocab`` assigns them); an objective object passes through."""
     if callable(getattr(section, "to_card", None)):
         return section
-    if isinstance(section, str):
+    bare = isinstance(section, str)
+    if bare:
         section = {"name": section}
+    old = section.get("name") if isinstance(section, dict) else None
+    if isinstance(old, str) and old in OLD_OBJECTIVE_NAMES:
+        key = where if bare else f"{where}.name"
+        raise ConfigError(f"{key}: {old!r} is an old name of masked diffusion; write {key}: {OLD_OBJECTIVE_NAMES[old]}")
     if not isinstance(section, dict):
         raise ConfigError(f"{where}: expected an objective's name or a mapping {{name: ..., ...}}, got "
                           f"{type(section).__name__}")
@@ -111,7 +116,10 @@ def objective_from_section(section: Any, where: str = "objective"):
     if "name" not in data:
         raise ConfigError(f"{where}.name is missing (one of {list(OBJECTIVES)})")
     name = data.pop("name")
-    cls = objective_class(name, f"{where}.name")
+    if not isinstance(name, str) or name not in OBJECTIVES:
+        raise ConfigError(f"{where if bare else f'{where}.name'}: {name!r} is not one of {list(OBJECTIVES)} (a "
+                          "user's objective is added with dlmlab.objectives.register_objective)")
+    cls = OBJECTIVES[name]
     if cls.added_ids and data.get("mask_id") is not None:
         raise ConfigError(f"{where}.mask_id: the run assigns it (the id just past the tokenizer's); remove it")
     try:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from dlmlab.config import ConfigError, require
 from dlmlab.errors import UserError
-from dlmlab.objectives.objective import Batch, CardObjective, card_error, check_t_range, model_device
+from dlmlab.objectives.objective import Batch, CardObjective, card_error, check_t_range, field_where, model_device
 from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, parse_schedule, uniform_times
 
 
@@ -185,10 +185,10 @@ class MaskedDiffusionObjective(CardObjective):
     def from_card(cls, card: dict, where: str = "model.json") -> "MaskedDiffusionObjective":
         """A card without ``noise`` (written before runs recorded one) means the default linear schedule."""
         noise = card.get("noise")
-        schedule = None if noise is None else parse_schedule(noise, f"{where}: noise")
+        schedule = None if noise is None else parse_schedule(noise, field_where(where, "noise"))
         t_range = card.get("t_range")
         if t_range is not None:
-            t_range = check_t_range(t_range, f"{where}: t_range")
+            t_range = check_t_range(t_range, field_where(where, "t_range"))
         try:
             return cls(card.get("mask_id"), schedule, t_range, card.get("pad_id"))
         except ConfigError as e:

@@ -145,9 +145,15 @@ def check_t_range(t_range: Any, where: str = "t_range") -> tuple[float, float]:
     return lo, hi
 
 
+def field_where(where: str, key: str) -> str:
+    """Where a card's field ``key`` is: ``objective.noise`` in a config section (``where`` a dotted name),
+    ``PATH/model.json: noise`` in a file."""
+    return f"{where}.{key}" if all(p.isidentifier() for p in where.split(".")) else f"{where}: {key}"
+
+
 def card_error(where: str, e: Exception) -> UserError:
     """A bad objective in a card: one line naming the file (``where``)."""
     return UserError(f"{where}: {e}")
 
 
-__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range"]
+__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range", "field_where"]

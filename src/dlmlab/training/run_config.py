@@ -24,6 +24,7 @@ from dlmlab.models import TransformerConfig
 from dlmlab.models.factory import build_model
 from dlmlab.models.protocol import FAMILIES
 from dlmlab.objectives.card import objective_from_section, objective_section
+from dlmlab.objectives.schedule import parse_schedule
 from dlmlab.rundir.card import family_of
 from dlmlab.rundir.checkpoint import CheckpointError
 from dlmlab.training.config import TrainConfig
@@ -117,13 +118,13 @@ def _with_noise(section: Any, noise: Any, where: str = "objective"):
     objective = objective_from_section(section, where)
     if noise is None:
         return objective
+    schedule = parse_schedule(noise, "noise")  # its errors name the section as written
     card = objective_section(objective)
     if "noise" not in card:
-        raise ConfigError(f"noise: a noise schedule is for objective 'mdlm'; this run's objective is "
-                          f"{card['name']!r} (remove the noise section)")
-    if not isinstance(section, str) and getattr(section, "to_card", None) is None and "noise" in section:
+        raise ConfigError(f"noise: objective {card['name']!r} has no noise schedule (remove the noise section)")
+    if isinstance(section, dict) and "noise" in section:
         raise ConfigError(f"noise: the schedule is given twice ({where}.noise and noise); keep {where}.noise")
-    card["noise"] = noise.to_data() if hasattr(noise, "to_data") else noise
+    card["noise"] = schedule.to_data()
     return objective_from_section(card, where)
 
 
