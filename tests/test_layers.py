@@ -122,5 +122,14 @@ def test_readme_layout_names_every_unit_in_layer_order():
     named = re.findall(r"^  (\w+)(?:/|\.py)\s", block, re.M)
     assert [u for u in named if u != "__init__"] == [u for layer in LAYERS for u in layer], \
         "README's Layout section must list the units of src/dlmlab as tests/test_layers.py LAYERS orders them"
-    for path in re.findall(r"\b(\w+/[\w/]*\w+\.py)\b", block):  # files it names inside a unit exist
-        assert (SRC / path).is_file(), f"README's Layout names {path}, which is not in src/dlmlab"
+    unit = None
+    for line in block.splitlines()[1:]:  # the files it names exist: `a/b.py` anywhere, `b.py` in its unit
+        m = re.match(r"^  (\w+)(/|\.py)", line)
+        if m:
+            unit = m.group(1) if m.group(2) == "/" else None
+        text = line[len(m.group(0)):] if m else line
+        for path in re.findall(r"\b(\w+/[\w/]*\w+\.py)\b", text):
+            assert (SRC / path).is_file(), f"README's Layout names {path}, which is not in src/dlmlab"
+        if unit is not None:
+            for name in re.findall(r"(?<![/\w])(\w+\.py)\b", text):
+                assert (SRC / unit / name).is_file(), f"README's Layout names {unit}/{name}, which is not on disk"
