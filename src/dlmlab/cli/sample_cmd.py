@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         rows, page = _sample_diffusion(loaded, cfg, args)
     for r in rows:  # every row says what made it
         r.update({"model": str(args.run), "step": loaded.step, "family": loaded.family,
-                  "objective": loaded.objective_name or "mdlm"})
+                  "objective": loaded.objective_name})
     lines = [strict_json(r) for r in rows]
     if args.format == "jsonl":
         print("\n".join(lines))
@@ -388,7 +388,8 @@ def _sample_ar(loaded, args) -> list[dict]:
             out = sample_ar(loaded.model, torch.tensor([ids] * n), args.gen_len, args.temperature, args.top_p, gen)
             for i, row in enumerate(out.tolist()):
                 rows.append({"index": start + i, "prompt": text, "text": show_text(tok, row[len(ids):]),
-                             "full": show_text(tok, row), "generated_ids": row[len(ids):], "objective": "ar",
+                             "full": show_text(tok, row), "generated_ids": row[len(ids):],
+                             "objective": loaded.objective_name,
                              "family": loaded.family, "step": loaded.step, "kv_cache": cached,
                              "config": {"temperature": args.temperature, "top_p": args.top_p}})
     return rows
