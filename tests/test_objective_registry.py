@@ -127,3 +127,29 @@ def test_the_objective_section_is_the_card_without_added_ids():
                      (["ar"], "expected an objective's name or a mapping")]:
         with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(".", r"\.")):
             objective_from_section(bad)
+
+
+def test_dlmlab_eval_scores_with_the_loaded_objective_every_field_included(tmp_path, capsys):
+    """`dlmlab eval` on a train() run passes the loaded objective on (its t_range and pad_id too), not a
+    stand-in rebuilt from the objective's name."""
+    from conftest import tiny_transformer
+
+    tok = train_tokenizer("char", TEXT)
+    ids = torch.tensor(tok.encode(TEXT))
+    obj = MaskedDiffusionObjective(tok.vocab_size, "loglinear", t_range=(0.1, 0.2), pad_id=0)
+    model = tiny_transformer(vocab_size=tok.vocab_size + 1, attn_mask="bidirectional")
+    train(model, TrainConfig(steps=2, batch_size=4, progress=False),
+          lambda step, gen: TokenStream.windows(ids, 4, 8, gen), obj, out_dir=tmp_path / "run", tokenizer=tok)
+    (tmp_path / "c.txt").write_text(TEXT)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--source", str(tmp_path / "c.txt"), "--seq-len", "8",
+                 "--batches", "2", "--batch-size", "2"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    run = dlmlab.load(tmp_path / "run")
+    assert run.objective == obj
+    from dlmlab.data import DataConfig, load_corpus
+
+    stream, _ = load_corpus(DataConfig(source=str(tmp_path / "c.txt"), seq_len=8), tok)
+    want = evaluate_lm(run.model, obj, stream, 8, 2, 2)
+    plain = evaluate_lm(run.model, MaskedDiffusionObjective(tok.vocab_size, "loglinear"), stream, 8, 2, 2)
+    assert printed["nelbo"] == want["nelbo"] != plain["nelbo"]
