@@ -92,8 +92,8 @@ class Loaded:
 
     @property
     def noise(self):
-        """The noise schedule of a masked-diffusion objective (its ``schedule``), else ``None``."""
-        return getattr(self.objective, "schedule", None)
+        """The noise schedule of a denoising objective (masked diffusion: its ``schedule``), else ``None``."""
+        return getattr(self.objective, "schedule", None) if getattr(self.objective, "denoises", False) else None
 
     @property
     def t_range(self) -> tuple[float, float] | None:
