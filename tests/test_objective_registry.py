@@ -81,7 +81,11 @@ def test_a_registered_objective_trains_saves_loads_and_evaluates(tmp_path, capsy
     assert main(["eval", str(tmp_path / "run"), "--source", str(tmp_path / "c.txt"), "--seq-len", "8",
                  "--batches", "1", "--batch-size", "2"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert set(printed) >= {"nll", "ppl"} and printed["nll"] > 0
+    from dlmlab.data import DataConfig, load_corpus
+
+    held_out, _ = load_corpus(DataConfig(source=str(tmp_path / "c.txt"), seq_len=8), tok)
+    want = evaluate_lm(run.model, run.objective, held_out, 8, 2, 1)
+    assert {k: printed[k] for k in ("nll", "ppl")} == want and printed["format"] == "run"
 
 
 def test_register_objective_refuses_a_taken_name_or_an_incomplete_class():
