@@ -156,4 +156,5 @@ def card_error(where: str, e: Exception) -> UserError:
     return UserError(f"{where}: {e}")
 
 
-__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range", "field_where"]
+__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range",
+           "field_where"]

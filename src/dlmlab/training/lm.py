@@ -1,10 +1,9 @@
 """`dlmlab train` / `dlmlab eval`: an LM of any family (transformer, mamba, mamba2, lstm, gru) on a text
-corpus, AR or masked diffusion (mdlm)."""
+corpus, with the run config's objective (ar, mdlm, or one added with register_objective)."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
