@@ -157,3 +157,24 @@ def test_dlmlab_eval_scores_with_the_loaded_objective_every_field_included(tmp_p
     want = evaluate_lm(run.model, obj, stream, 8, 2, 2)
     plain = evaluate_lm(run.model, MaskedDiffusionObjective(tok.vocab_size, "loglinear"), stream, 8, 2, 2)
     assert printed["nelbo"] == want["nelbo"] != plain["nelbo"]
+
+
+def test_a_registered_objective_runs_through_the_dlmlab_train_pipeline(tmp_path):
+    """A run config naming a registered objective (its card as the section) trains with `run_training`, writes
+    the section into config.json, and the run loads and resumes with it."""
+    from dlmlab.data import DataConfig
+    from dlmlab.training.lm import run_config_dict, run_training
+
+    (tmp_path / "c.txt").write_text(TEXT)
+    cfg = RunConfig(objective={"name": "scaled_ar", "scale": 0.25},
+                    model={"family": "gru", "d_model": 8, "n_layers": 1},
+                    data=DataConfig(source=str(tmp_path / "c.txt"), seq_len=8),
+                    train=TrainConfig(steps=2, batch_size=4, progress=False), eval_batches=1)
+    assert run_config_dict(cfg)["objective"] == {"name": "scaled_ar", "scale": 0.25}
+    res = run_training(cfg, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["objective"] == {"name": "scaled_ar",
+                                                                                       "scale": 0.25}
+    run = dlmlab.load(tmp_path / "run")
+    assert run.objective == ScaledAR(0.25) and run.model.cfg.vocab_size == train_tokenizer("char", TEXT).vocab_size
+    assert set(res["eval"]) == {"nll", "ppl"} and res["eval"]["ppl"] == pytest.approx(math.exp(res["eval"]["nll"]))
+    assert run_training(cfg, tmp_path / "run")["eval"] == res["eval"]  # resumed (finished): the same evaluation
