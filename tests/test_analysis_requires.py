@@ -81,9 +81,70 @@ def test_attention_analyses_refuse_other_families_clearly(family, analysis):
 
 @pytest.mark.parametrize("analysis", list(ATTENTION_CALLS))
 def test_attention_analyses_still_run_on_a_transformer(analysis):
+    """Each analysis runs on a transformer and gives its value: checked against a value known by construction
+    (the cached activations, a constant metric, a thing compared with itself) where there is one, else
+    the same numbers from a second call."""
+    torch.manual_seed(0)
     m = build_model("transformer", vocab_size=V, d_model=16, n_layers=2, match_params=False, max_seq_len=16,
                     attn_mask="bidirectional").eval()
-    ATTENTION_CALLS[analysis](m)
+    if analysis == "ablate_heads":  # zeroing head (0, 0) changes the logits while the ablation holds, and only then
+        x = _tokens()
+        clean = m(x)
+        with ablation.ablate_heads(m, [(0, 0)]):
+            assert not torch.allclose(m(x), clean)
+        assert torch.equal(m(x), clean)
+        return
+    result = ATTENTION_CALLS[analysis](m)
+    check = VALUE_CHECKS.get(analysis)
+    if check is not None:
+        check(m, result)
+    else:
+        again = ATTENTION_CALLS[analysis](m)
+        a, b = (_numbers(r) for r in (result, again))
+        assert a and all(torch.equal(u, v) for u, v in zip(a, b)) and all(bool(torch.isfinite(u).all()) for u in a)
+
+
+def _numbers(x) -> list[torch.Tensor]:
+    """The tensors of an analysis result (a tensor, a dict / tuple of them, or a dataclass holding them)."""
+    import dataclasses
+
+    if isinstance(x, torch.Tensor):
+        return [x.detach().double()]
+    if isinstance(x, dict):
+        return [t for k in sorted(x) for t in _numbers(x[k])]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _numbers(v)]
+    if dataclasses.is_dataclass(x):
+        return [t for f in dataclasses.fields(x) for t in _numbers(getattr(x, f.name))]
+    return [torch.tensor(float(x), dtype=torch.float64)] if isinstance(x, (int, float)) else []
+
+
+def _cached(m, name: str) -> torch.Tensor:
+    return m.run_with_cache(_tokens())[1][name]
+
+
+VALUE_CHECKS = {
+    # head_means: each head's output z averaged over the batch, as the cache holds it
+    "head_means": lambda m, r: [torch.testing.assert_close(r[L], _cached(m, f"blocks.{L}.attn.z").mean(0),
+                                                           rtol=0, atol=0) for L in (0, 1)],
+    # a constant metric: no head changes it
+    "ablation_effects": lambda m, r: (r[0] == 0.0 and torch.equal(r[1], torch.zeros(2, 4))) or pytest.fail(str(r)),
+    "set_ablation_test": lambda m, r: (r.base == 0.0 and r.drop == 0.0) or pytest.fail(str(r)),
+    # the cached patterns themselves, rows summing to 1
+    "attention_patterns": lambda m, r: [torch.testing.assert_close(r[L], _cached(m, f"blocks.{L}.attn.pattern"),
+                                                                   rtol=0, atol=0) for L in (0, 1)]
+    + [torch.testing.assert_close(r[0].sum(-1), torch.ones(8, 4, 12))],
+    # the mean attention to the position before, read off the patterns
+    "previous_token_scores": lambda m, r: torch.testing.assert_close(
+        r, torch.stack([_cached(m, f"blocks.{L}.attn.pattern").diagonal(-1, -2, -1).mean((0, 2)) for L in (0, 1)]),
+        rtol=0, atol=0),
+    # pre-softmax scores: their softmax is layer 0's pattern
+    "attention_scores": lambda m, r: torch.testing.assert_close(r.softmax(-1), _cached(m, "blocks.0.attn.pattern")),
+    # the same queries twice: every correlation / cosine is 1
+    "score_correlation": lambda m, r: torch.testing.assert_close(r.per_head, torch.ones(4, dtype=torch.float64)),
+    "per_query_gradient_cosine": lambda m, r: torch.testing.assert_close(r.double(), torch.ones(4,
+                                                                                               dtype=torch.float64)),
+}
 
 
 def test_layer_and_transformer_requirements():

@@ -104,6 +104,23 @@ def test_load_yaml_errors(tmp_path):
 
 def test_shipped_configs_load():
     from conftest import REPO
+    from dlmlab.objectives import ARObjective, LinearSchedule, MaskedDiffusionObjective
+    from dlmlab.training.lm import run_config_dict
 
+    want = {  # objective, family, attention mask, seq_len, steps
+        "shakespeare_ar": (ARObjective(), "transformer", "causal", 128, 300),
+        "shakespeare_mamba_ar": (ARObjective(), "mamba", None, 128, 300),
+        "shakespeare_mdlm": (MaskedDiffusionObjective(None, LinearSchedule()), "transformer", "bidirectional", 128,
+                             300),
+        "tutorial_ar": (ARObjective(), "transformer", "causal", 64, 150),
+        "tutorial_mdlm": (MaskedDiffusionObjective(), "transformer", "bidirectional", 64, 150),
+    }
+    got = {}
     for path in sorted((REPO / "configs").glob("*.yaml")):
-        load_run_config(path)
+        cfg = load_run_config(path)
+        got[path.stem] = (cfg.objective, cfg.family, getattr(cfg.model, "attn_mask", None), cfg.data.seq_len,
+                          cfg.train.steps)
+        assert from_dict(RunConfig, run_config_dict(cfg)) == cfg  # what config.json holds reads back the same
+    assert got == want
+    # the card form and the bare name are one objective (shakespeare_mdlm.yaml writes the card)
+    assert got["shakespeare_mdlm"][0] == got["tutorial_mdlm"][0]

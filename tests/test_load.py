@@ -1,4 +1,4 @@
-"""`dlmlab.load`: Hugging Face folders, runs written before model.json, bad paths; run configs of every
+"""`dlmlab.load`: Hugging Face folders, runs without model.json (refused), bad paths; run configs of every
 family (model.family, objective names) and what `dlmlab train` writes for loading."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_a_run_folder_without_a_checkpoint_says_so(tmp_path):
 
 
 # ------------------------------------------------------------------------------- runs and train()
-def test_cli_run_writes_model_json_and_old_runs_still_load(tmp_path):
+def test_cli_run_writes_model_json_and_runs_without_it_are_refused(tmp_path):
     out = tmp_path / "run"
     assert main(["train", str(yaml_cfg(tmp_path)), "--out", str(out)]) == 0
     card = json.loads((out / "model.json").read_text())
@@ -84,15 +84,14 @@ def test_cli_run_writes_model_json_and_old_runs_still_load(tmp_path):
     ck = latest_checkpoint(out)
     assert {"model.json", "tokenizer.json"} <= {p.name for p in ck.iterdir()}
     assert json.loads((out / "config.json").read_text())["model"]["family"] == "transformer"
-    new = dlmlab.load(out)
-    # a run from before model.json existed: config.json + tokenizer.json + checkpoints
-    for p in [out / "model.json", ck / "model.json", ck / "tokenizer.json"]:
+    assert dlmlab.load(out).step == 2
+    # a run from before model.json existed (config.json + checkpoints) is no longer loaded: one line says so
+    for p in [out / "model.json", ck / "model.json"]:
         p.unlink()
-    for path, fmt in [(out, "run"), (ck, "checkpoint")]:
-        old = dlmlab.load(path)
-        assert (old.family, old.objective, old.format, old.step) == ("transformer", "ar", fmt, 2)
-        for a, b in zip(new.model.state_dict().values(), old.model.state_dict().values()):
-            assert torch.equal(a, b)
+    with pytest.raises(UserError, match="run folder without model.json .* train it again"):
+        dlmlab.load(out)
+    with pytest.raises(UserError, match="checkpoint folder without model.json .* train it again"):
+        dlmlab.load(ck)
 
 
 def test_resume_of_another_family_checks_its_fields(tmp_path, capsys):
@@ -289,3 +288,111 @@ def test_hugging_face_shift_logits_and_noise(tmp_path, fmt, objective, shift, no
     run = dlmlab.load(tmp_path)
     assert (run.objective, run.shift_logits) == (objective, shift)
     assert (run.noise.name if run.noise is not None else None) == noise
+
+
+# ------------------------------------------------------------------- issue 37: the run folder, no surprises
+MDLM_MODEL = "{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, attn_mask: bidirectional}"
+
+
+@pytest.fixture(scope="module")
+def mdlm_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mdlm_run")
+    assert main(["train", str(yaml_cfg(d, MDLM_MODEL, objective="mdlm")), "--out", str(d / "run")]) == 0
+    return d / "run"
+
+
+def _copy_with_card(run, tmp_path, **change):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(run, out)
+    for p in [out / "model.json", *out.glob("checkpoints/*/model.json")]:
+        card = {**json.loads(p.read_text()), **change}
+        p.write_text(json.dumps({k: v for k, v in card.items() if v is not ...}))
+    return out
+
+
+@pytest.mark.parametrize("change, msg", [
+    ({"objective": ["mdlm"]}, "model.json: objective must be an objective's name (a string) or null, got list"),
+    ({"objective": {"name": "mdlm"}}, "model.json: objective must be an objective's name (a string) or null, got dict"),
+    ({"objective": "mlm"}, "model.json: objective 'mlm' is not one of"),
+    ({"shift_logits": "yes"}, "model.json: shift_logits must be true or false, got 'yes'"),
+    ({"mask_id": 9999}, "model.json: mask_id must be a token id in [0, "),
+    ({"mask_id": None}, "model.json: mask_id is null, and objective 'mdlm' needs its mask token"),
+    ({"pad_id": "x"}, "model.json: pad_id must be a token id or null, got 'x'"),
+])
+def test_bad_model_cards_are_one_line_errors_naming_the_file_and_field(mdlm_run, tmp_path, capsys, change, msg):
+    run = _copy_with_card(mdlm_run, tmp_path, **change)
+    ck = latest_checkpoint(run)
+    with pytest.raises(UserError) as e:
+        dlmlab.load(run)
+    assert msg in str(e.value) and "\n" not in str(e.value) and str(ck / "model.json") in str(e.value)
+    for cmd in (["sample", str(run), "--gen-len", "4", "--steps", "2"], ["eval", str(ck)]):  # a lone checkpoint
+        capsys.readouterr()
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], err
+
+
+def test_a_card_naming_no_objective_takes_the_run_configs(mdlm_run, tmp_path, capsys):
+    strip = {k: ... for k in ("objective", "mask_id", "noise", "t_range", "pad_id", "shift_logits", "bidirectional")}
+    run = _copy_with_card(mdlm_run, tmp_path, **strip)
+    assert set(json.loads((run / "model.json").read_text())) == {"format", "version", "family", "config"}
+    want = dlmlab.load(mdlm_run)
+    got = dlmlab.load(run)
+    assert got.objective == want.objective and got.mask_id == want.mask_id == want.model.cfg.vocab_size - 1
+    assert (got.shift_logits, got.noise) == (False, want.noise)
+    capsys.readouterr()
+    assert main(["sample", str(run), "--gen-len", "4", "--steps", "2", "--format", "jsonl", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["objective"] == "mdlm"
+
+
+def _steps_cfg(tmp_path, steps):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"objective: ar\nmodel: {{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16}}\n"
+                   f"data: {{source: {corpus(tmp_path)}, seq_len: 12}}\n"
+                   f"train: {{steps: {steps}, batch_size: 4, ckpt_every: 2, progress: false}}\neval_batches: 1\n")
+    return cfg
+
+
+def test_a_failed_extension_changes_nothing_in_the_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", str(_steps_cfg(tmp_path, 4)), "--out", str(out)]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".dlmlab.lock"}
+    ck = latest_checkpoint(out)
+    weights = ck / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    before[weights] = weights.read_bytes()
+    capsys.readouterr()
+    assert main(["train", str(_steps_cfg(tmp_path, 4)), "--out", str(out), "--steps", "6"]) == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".dlmlab.lock"}
+    assert after == before  # config.json still says 4 steps
+    assert json.loads((out / "config.json").read_text())["train"]["steps"] == 4
+    # following the error's advice (delete the damaged checkpoint and latest.json), the plain command resumes
+    import shutil
+
+    shutil.rmtree(ck)
+    (out / "checkpoints" / "latest.json").unlink()
+    assert main(["train", str(_steps_cfg(tmp_path, 4)), "--out", str(out)]) == 0
+    assert dlmlab.load(out).step == 4
+    assert main(["train", str(_steps_cfg(tmp_path, 4)), "--out", str(out), "--steps", "6"]) == 0
+    assert json.loads((out / "config.json").read_text())["train"]["steps"] == 6 and dlmlab.load(out).step == 6
+
+
+def test_a_rerun_removes_what_a_kill_mid_prune_left(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", str(_steps_cfg(tmp_path, 2)), "--out", str(out)]) == 0
+    left = [out / "checkpoints" / "step_0000001.deleting", out / "checkpoints" / "step_0000003.partial"]
+    for d in left:
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"x")
+    assert main(["train", str(_steps_cfg(tmp_path, 2)), "--out", str(out)]) == 0  # finished: nothing to train
+    assert not any(d.exists() for d in left)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest.json", "step_0000002"]
+
+
+def test_the_removed_dlmlab_loading_points_to_its_successor():
+    with pytest.raises(ModuleNotFoundError, match=r"dlmlab.loading was removed: call dlmlab.load\(path\).*"
+                                                  r"dlmlab.rundir"):
+        import dlmlab.loading  # noqa: F401

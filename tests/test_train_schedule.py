@@ -23,7 +23,7 @@ from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinear
 from dlmlab.objectives import step_batch
 from dlmlab.rundir.card import card_objective, model_card, read_card
 from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints
-from dlmlab.training.lm import (RunConfig, build_run_model, config_differences, evaluate_lm, load_run,
+from dlmlab.training.lm import (RunConfig, build_run_model, config_differences, evaluate_run, load_run,
                                 load_run_config, make_lm_task, run_config_dict)
 from dlmlab.training.loop import step_generator
 
@@ -60,17 +60,21 @@ def one_error_line(capsys) -> str:
 # ---------------------------------------------------------------------------------------- the config
 def test_noise_section_is_parsed_and_round_trips(tmp_path):
     cfg = load_run_config(yaml_cfg(tmp_path, "{name: loglinear, eps: 1.0e-2}"))
-    assert cfg.noise == LogLinearSchedule(eps=1e-2) and cfg.noise_schedule is cfg.noise
-    assert load_run_config(yaml_cfg(tmp_path, "cosine")).noise == CosineSchedule()
+    assert cfg.noise is None and cfg.objective.schedule == LogLinearSchedule(eps=1e-2)  # folded into the objective
+    assert load_run_config(yaml_cfg(tmp_path, "cosine")).objective.schedule == CosineSchedule()
     none = load_run_config(yaml_cfg(tmp_path))
-    assert none.noise is None and none.noise_schedule == LinearSchedule()
+    assert none.objective.schedule == LinearSchedule()
     data = run_config_dict(cfg)
-    assert data["noise"] == {"name": "loglinear", "eps": 0.01, "t_lo": 0.001}
+    assert "noise" not in data
+    assert data["objective"] == {"name": "mdlm", "noise": {"name": "loglinear", "eps": 0.01, "t_lo": 0.001},
+                                 "t_range": None, "pad_id": None}
     assert from_dict(RunConfig, json.loads(json.dumps(data))) == cfg
-    assert "noise" not in run_config_dict(none)  # config.json of a run naming no schedule is as before
+    # the objective section written as the card reads the same as the old noise section
+    card = yaml_cfg(tmp_path, objective="{name: mdlm, noise: {name: loglinear, eps: 1.0e-2}}", name="card.yaml")
+    assert load_run_config(card) == cfg
     # Python: a schedule object, a name or a mapping
-    assert mdlm_config(noise="cosine").noise == CosineSchedule()
-    assert mdlm_config(noise=LogLinearSchedule(eps=0.1)).noise.eps == 0.1
+    assert mdlm_config(noise="cosine").objective.schedule == CosineSchedule()
+    assert mdlm_config(noise=LogLinearSchedule(eps=0.1)).objective.schedule.eps == 0.1
 
 
 @pytest.mark.parametrize("noise, objective, msg", [
@@ -80,7 +84,8 @@ def test_noise_section_is_parsed_and_round_trips(tmp_path):
     ("{name: cosine, eps: fast}", "mdlm", "noise.eps: expected a number"),
     ("{eps: 0.1}", "mdlm", "noise.name is missing"),
     ("[linear]", "mdlm", "noise: expected a schedule name or a mapping"),
-    ("linear", "ar", "noise: a noise schedule is for objective 'mdlm'"),
+    ("linear", "ar", "noise: objective 'ar' has no noise schedule (remove the noise section)"),
+    ("linear", "{name: mdlm, noise: cosine}", "noise: the schedule is given twice (objective.noise and noise)"),
 ])
 def test_bad_noise_sections_are_one_line_errors(tmp_path, capsys, noise, objective, msg):
     path = yaml_cfg(tmp_path, noise, objective=objective)
@@ -92,15 +97,22 @@ def test_bad_noise_sections_are_one_line_errors(tmp_path, capsys, noise, objecti
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def test_config_differences_treat_no_noise_as_the_default_linear():
-    old = run_config_dict(mdlm_config())
-    assert "noise" not in old
-    assert config_differences(old, run_config_dict(mdlm_config(noise="linear"))) == []
-    assert config_differences({**old, "noise": None}, old) == []
-    diffs = config_differences(old, run_config_dict(mdlm_config(noise={"name": "linear", "eps": 0.01})))
-    assert diffs == ["noise.eps: 0.001 in the folder, 0.01 now"]
-    diffs = config_differences(old, run_config_dict(mdlm_config(noise="cosine")))
-    assert 'noise.name: "linear" in the folder, "cosine" now' in diffs and any("noise.t_lo" in d for d in diffs)
+def test_config_differences_read_old_configs_as_the_objective_section():
+    new = run_config_dict(mdlm_config())
+    assert new["objective"]["noise"] == {"name": "linear", "eps": 0.001}
+    old = {k: v for k, v in new.items() if k != "objective"}
+    # a config.json written before the objective section was the card: a name, and a noise section or none
+    for written in ({"objective": "mdlm"}, {"objective": "mdlm", "noise": None},
+                    {"objective": "mdlm", "noise": {"name": "linear", "eps": 0.001}}):
+        assert config_differences({**old, **written}, new) == []
+    ar = run_config_dict(RunConfig())
+    assert config_differences(ar, {**ar, "objective": "ar"}) == []
+    diffs = config_differences({**old, "objective": "mdlm"}, run_config_dict(mdlm_config(noise={"name": "linear",
+                                                                                                   "eps": 0.01})))
+    assert diffs == ["objective.noise.eps: 0.001 in the folder, 0.01 now"]
+    diffs = config_differences(new, run_config_dict(mdlm_config(noise="cosine")))
+    assert 'objective.noise.name: "linear" in the folder, "cosine" now' in diffs
+    assert any("objective.noise.t_lo" in d for d in diffs)
 
 
 # ------------------------------------------------------------------------- training and evaluation
@@ -139,7 +151,7 @@ def test_default_schedule_is_bit_identical_to_the_historical_task_and_evaluation
     x = TokenStream.chunks(stream.val, cfg.data.seq_len + 1, limit=cfg.eval_batches * cfg.train.batch_size)
     g = torch.Generator().manual_seed(1234)
     old = [mdlm_loss(model, xb[:, :cfg.data.seq_len], V, generator=g)[0].item() for xb in x.split(4)]
-    assert evaluate_lm(model, cfg, stream, V)["nelbo"] == sum(old) / len(old)
+    assert evaluate_run(model, cfg, stream, V)["nelbo"] == sum(old) / len(old)
 
 
 def test_a_named_schedule_drives_the_training_times_and_weights(tmp_path):
@@ -154,8 +166,8 @@ def test_a_named_schedule_drives_the_training_times_and_weights(tmp_path):
     expected = mdlm_loss(model, batch["tokens"], tok.vocab_size, t=batch["t"], noise=batch["noise"],
                          schedule=CosineSchedule(eps=0.0, t_lo=0.3))[0]
     assert torch.equal(objective.loss(model, batch)[0], expected)
-    linear = dataclasses.replace(cfg, noise=None)
-    assert evaluate_lm(model, cfg, stream, tok.vocab_size) != evaluate_lm(model, linear, stream, tok.vocab_size)
+    linear = dataclasses.replace(cfg, objective="mdlm")
+    assert evaluate_run(model, cfg, stream, tok.vocab_size) != evaluate_run(model, linear, stream, tok.vocab_size)
 
 
 def _metrics(run):
@@ -163,16 +175,19 @@ def _metrics(run):
 
 
 def test_runs_without_noise_resume_exactly_under_an_explicit_default(tmp_path, capsys):
-    """A run whose config.json names no schedule (as every run before) resumes after a crash with
-    `noise: linear` written out, and ends bit-identical to an uninterrupted run."""
+    """A run whose config.json names no schedule (`objective: mdlm`, as runs wrote it before the objective
+    section was the card) resumes after a crash with `noise: linear` written out, and ends bit-identical to
+    an uninterrupted run."""
     full = tmp_path / "full"
     assert main(["train", str(yaml_cfg(tmp_path, steps=4, ckpt_every=2)), "--out", str(full)]) == 0
-    assert "noise" not in json.loads((full / "config.json").read_text())
+    assert json.loads((full / "config.json").read_text())["objective"]["noise"] == {"name": "linear", "eps": 0.001}
     part = tmp_path / "part"
     assert main(["train", str(yaml_cfg(tmp_path, steps=4, ckpt_every=2)), "--out", str(part)]) == 0
     shutil.rmtree(latest_checkpoint(part))  # the crash: step 4 never saved
     (part / "checkpoints" / "latest.json").unlink()
     assert [s for s, _ in list_checkpoints(part)] == [2]
+    written = json.loads((part / "config.json").read_text())
+    (part / "config.json").write_text(json.dumps({**written, "objective": "mdlm"}))  # the old spelling
     explicit = yaml_cfg(tmp_path, "{name: linear, eps: 1.0e-3}", steps=4, ckpt_every=2, name="explicit.yaml")
     assert main(["train", str(explicit), "--out", str(part)]) == 0
     assert _metrics(part) == _metrics(full)
@@ -182,7 +197,7 @@ def test_runs_without_noise_resume_exactly_under_an_explicit_default(tmp_path, c
     capsys.readouterr()
     other = yaml_cfg(tmp_path, "{name: linear, eps: 1.0e-2}", steps=4, ckpt_every=2, name="other.yaml")
     assert main(["train", str(other), "--out", str(part)]) == 2
-    assert "noise.eps: 0.001 in the folder, 0.01 now" in one_error_line(capsys)
+    assert "objective.noise.eps: 0.001 in the folder, 0.01 now" in one_error_line(capsys)
 
 
 # ------------------------------------------------------------------------------ what is recorded
@@ -198,12 +213,15 @@ def test_loaded_noise_is_the_trained_schedule(loglinear_run, tmp_path):
     assert dlmlab.load(loglinear_run).noise == want
     ck = latest_checkpoint(loglinear_run)
     assert dlmlab.load(ck).noise == want
-    # a run from before model.json (config.json says everything)
+    # a card written before cards recorded the schedule takes it from the run's config.json
     old = tmp_path / "old"
     shutil.copytree(loglinear_run, old)
     for p in [old / "model.json", *old.glob("checkpoints/*/model.json")]:
-        p.unlink()
+        card = json.loads(p.read_text())
+        del card["noise"]
+        p.write_text(json.dumps(card))
     assert dlmlab.load(old).noise == want
+    assert dlmlab.load(latest_checkpoint(old)).noise == want
 
 
 def test_model_json_records_the_schedule(loglinear_run, tmp_path):
@@ -246,9 +264,9 @@ def test_eval_and_elbo_bound_use_the_trained_schedule(loglinear_run, capsys):
     printed = json.loads(capsys.readouterr().out)
     model, cfg, tok = load_run(loglinear_run)
     stream, _ = load_corpus(cfg.data, tok)
-    assert printed == evaluate_lm(model, cfg, stream, tok.vocab_size)
+    assert printed == evaluate_run(model, cfg, stream, tok.vocab_size)
     assert printed == json.loads((loglinear_run / "eval.json").read_text())
-    linear = evaluate_lm(model, dataclasses.replace(cfg, noise=None), stream, tok.vocab_size)
+    linear = evaluate_run(model, dataclasses.replace(cfg, objective="mdlm"), stream, tok.vocab_size)
     assert printed["nelbo"] != linear["nelbo"]
     # elbo_bound with the loaded schedule: the schedule's weight on the masked NLL, checked by hand
     run = dlmlab.load(loglinear_run)

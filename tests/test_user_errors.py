@@ -28,7 +28,7 @@ from dlmlab.models.mamba import MambaConfig
 from dlmlab.models.mamba2 import Mamba2Config
 from dlmlab.models.recurrent import RecurrentConfig
 from dlmlab.training import TrainConfig
-from dlmlab.training.lm import RunConfig, load_run_config
+from dlmlab.training.lm import RunConfig, load_run_config, run_config_dict
 
 
 def one_error_line(capsys, command: str) -> str:
@@ -74,7 +74,7 @@ def test_cli_bug_propagates_with_its_traceback(monkeypatch, tmp_path):
     def bug(*a, **k):
         raise ValueError("an internal invariant broke")
 
-    monkeypatch.setattr(eval_cmd, "load_run", bug)
+    monkeypatch.setattr(eval_cmd, "read_run_config", bug)
     with pytest.raises(ValueError, match="internal invariant"):
         main(["eval", str(train_run_folder(tmp_path))])
 
@@ -85,7 +85,7 @@ def test_cli_bug_prints_traceback_in_a_subprocess(tmp_path, subprocess_env):
         "import dlmlab.cli.eval_cmd as m\n"
         "def boom(*a, **k):\n"
         "    raise KeyError('not_a_user_error')\n"
-        "m.load_run = boom\n"
+        "m.read_run_config = boom\n"
         "from dlmlab.cli.main import main\n"
         "sys.exit(main(['eval', sys.argv[1]]))\n"
     )
@@ -101,7 +101,7 @@ def test_cli_full_disk_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/eval.json")
 
-    monkeypatch.setattr(eval_cmd, "load_run", full)
+    monkeypatch.setattr(eval_cmd, "read_run_config", full)
     assert main(["eval", str(train_run_folder(tmp_path))]) == 2
     line = one_error_line(capsys, "eval")
     assert "no space left" in line and "/runs/x/eval.json" in line
@@ -192,13 +192,14 @@ def test_replace_rederives_derived_fields():
 
 def test_derived_fields_round_trip_through_json_and_yaml(tmp_path):
     cfg = RunConfig(model=TransformerConfig(d_model=64, n_heads=4, max_seq_len=128))
-    text = json.dumps(dataclasses.asdict(cfg))
+    text = json.dumps(run_config_dict(cfg))  # what config.json holds (the objective as its section)
     assert json.loads(text)["model"]["d_head"] == 16
+    assert json.loads(text)["objective"] == {"name": "ar", "pad_id": None, "per_row": False, "float32": False}
     back = from_dict(RunConfig, json.loads(text))
     assert back == cfg and back.model.d_head == 16
     import yaml
 
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg)))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(run_config_dict(cfg)))
     assert load_run_config(tmp_path / "c.yaml") == cfg
 
 

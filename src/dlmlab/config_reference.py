@@ -32,24 +32,33 @@ def _sections() -> list[tuple[str, str, list[type]]]:
     from dlmlab.objectives.schedule import CosineSchedule, LinearSchedule, LogLinearSchedule
     from dlmlab.sampling.config import DecodeConfig
     from dlmlab.training.config import TrainConfig
-    from dlmlab.rundir.config import RunConfig
+    from dlmlab.training.run_config import RunConfig
 
     return [
         ("Run config (the YAML of `dlmlab train`)",
-         "The top level of a run config: four sections and three fields. An unknown field anywhere is a "
+         "The top level of a run config: four sections (`model`, `train`, `data`, `objective`) and "
+         "`eval_batches` (`noise` is the old spelling of `objective.noise`). An unknown field anywhere is a "
          "one-line error naming it.", [RunConfig]),
         ("`train:` the training loop", "`TrainConfig` (`dlmlab.training`).", [TrainConfig]),
         ("`data:` the text", "`DataConfig` (`dlmlab.data`).", [DataConfig]),
         ("`model:` family `transformer` (the default)",
          "`TransformerConfig` (`dlmlab.models`). `model.family` picks the section's class; `vocab_size` is "
-         "set from the tokenizer (plus one mask id for `objective: mdlm`).", [TransformerConfig]),
+         "set from the tokenizer (plus the ids the objective adds: one mask id for `objective: mdlm`).",
+         [TransformerConfig]),
         ("`model:` family `mamba`", "`MambaConfig` (`dlmlab.models.mamba`).", [MambaConfig]),
         ("`model:` family `mamba2`", "`Mamba2Config` (`dlmlab.models.mamba2`).", [Mamba2Config]),
         ("`model:` family `lstm` or `gru`", "`RecurrentConfig` (`dlmlab.models.recurrent`); `cell` follows "
          "`model.family`.", [RecurrentConfig]),
-        ("`noise:` the masked-diffusion noise schedule",
+        ("`objective:` the training objective",
+         "The objective's card, as `model.json` records it (`dlmlab.objectives.card`): a bare name (`ar`, "
+         "`mdlm`, or a name added with `dlmlab.objectives.register_objective`) or `{name: ..., ...fields}`. "
+         "`ar` (`ARObjective`): `pad_id` (targets ignored), `per_row`, `float32`. `mdlm` "
+         "(`MaskedDiffusionObjective`): `noise` (the schedule below, default linear), `t_range: [lo, hi]` "
+         "(draw mask times uniformly there instead), `pad_id` (never masked); its mask id is set by the run "
+         "(the id past the tokenizer's). An old top-level `noise:` section is read as `objective.noise`.", []),
+        ("`objective.noise:` the masked-diffusion noise schedule",
          "`noise: {name: linear | loglinear | cosine, ...fields}` or a bare name "
-         "(`dlmlab.objectives.schedule`); mdlm runs only.", [LinearSchedule, LogLinearSchedule, CosineSchedule]),
+         "(`dlmlab.objectives.schedule`); mdlm only.", [LinearSchedule, LogLinearSchedule, CosineSchedule]),
         ("Sampling: `DecodeConfig`",
          "`dlmlab.sampling.DecodeConfig`, the masked-diffusion decoder; most fields are also `dlmlab sample` "
          "options (`--block-len` for `block_len`).", [DecodeConfig]),
@@ -63,11 +72,12 @@ DOCS: dict[str, str] = {
                        "(sections below)",
     "RunConfig.train": "the training loop (section `train:`)",
     "RunConfig.data": "the text and its tokenizer (section `data:`)",
-    "RunConfig.objective": "`ar` (next-token prediction) or `mdlm` (masked diffusion); the old names `dlm` / "
-                           "`mdm` are refused, naming `mdlm`",
+    "RunConfig.objective": "the objective's card (section `objective:`): `ar` (next-token prediction), `mdlm` "
+                           "(masked diffusion) or `{name: ..., ...fields}`; the old names `dlm` / `mdm` are "
+                           "refused, naming `mdlm`",
     "RunConfig.eval_batches": "batches of held-out windows in each evaluation (perplexity, or the ELBO bound "
                               "for mdlm)",
-    "RunConfig.noise": "mdlm noise schedule (section `noise:`); unset: linear with its default `eps`",
+    "RunConfig.noise": "old spelling of `objective.noise` (read into the objective; config.json writes it there)",
     # TrainConfig
     "TrainConfig.steps": "optimizer steps in total (`dlmlab train --steps M` overrides it and extends a run)",
     "TrainConfig.batch_size": "sequences per step, the global batch (each of N torchrun processes takes "
@@ -182,7 +192,7 @@ DOCS: dict[str, str] = {
 
 # types shown in words where the annotation says less than the YAML takes
 TYPES = {"RunConfig.model": "mapping", "RunConfig.train": "mapping", "RunConfig.data": "mapping",
-         "RunConfig.noise": "name or mapping", "RunConfig.objective": "`ar` \\| `mdlm`",
+         "RunConfig.noise": "name or mapping", "RunConfig.objective": "name or mapping",
          "DecodeConfig.noise": "NoiseSchedule, name or mapping"}
 
 

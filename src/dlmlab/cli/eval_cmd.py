@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 from dlmlab.data import DataConfig, load_corpus
 from dlmlab.errors import UserError
-from dlmlab.rundir.load import has_run_config
-from dlmlab.rundir.config import load_run
+from dlmlab.rundir.load import has_run_config, run_of
 from dlmlab.training.lm import evaluate_lm
+from dlmlab.training.run_config import read_run_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,11 +47,11 @@ def _eval_loaded(args: argparse.Namespace) -> dict:
     run = load(p, step=args.step)
     if run.tokenizer is None:
         raise UserError(f"{args.run_dir} has no tokenizer, so the text cannot be encoded")
-    if run.objective not in ("ar", "mdlm"):
-        raise UserError(f"{args.run_dir} does not say its objective (ar or mdlm), so it cannot be evaluated")
-    if run.objective == "mdlm" and run.shift_logits:
-        raise UserError(f"{args.run_dir} is a masked-diffusion model with shifted logits (Dream); "
-                        "`dlmlab eval` computes the ELBO of unshifted models only")
+    if not callable(getattr(run.objective, "evaluate", None)):
+        raise UserError(f"{args.run_dir} does not say its objective (e.g. ar or mdlm), so it cannot be evaluated")
+    if run.shift_logits != run.objective.shift_logits:
+        raise UserError(f"{args.run_dir} is a {run.objective.name} model with shifted logits (Dream); "
+                        "`dlmlab eval` scores a model only as its objective predicts")
     cfg = getattr(run.model, "cfg", None)
     limit = cfg.max_seq_len if getattr(cfg, "positions", None) == "learned" else None
     seq_len = args.seq_len or (min(128, limit - 1) if limit is not None else 128)
@@ -62,10 +61,7 @@ def _eval_loaded(args: argparse.Namespace) -> dict:
         raise UserError(f"--seq-len must be > 1, got {seq_len}")
     data = DataConfig(source=args.source or DataConfig.source, seq_len=seq_len)
     stream, _ = load_corpus(data, run.tokenizer)
-    # what evaluate_lm reads of a run config
-    spec = SimpleNamespace(data=data, eval_batches=args.batches, train=SimpleNamespace(batch_size=args.batch_size),
-                           objective=run.objective_name, noise_schedule=run.noise)
-    res = evaluate_lm(run.model, spec, stream, run.mask_id if run.objective == "mdlm" else 0)
+    res = evaluate_lm(run.model, run.objective, stream, seq_len, args.batch_size, args.batches)
     return {**res, "source": data.source, "seq_len": seq_len, "format": run.format}
 
 
@@ -80,9 +76,16 @@ def run(args: argparse.Namespace) -> int:
         if path.parent.name == "checkpoints":
             raise UserError(f"{path} is a checkpoint folder; --step picks a checkpoint of a run folder (give the run)")
         path = step_checkpoint(path, args.step)
-    model, cfg, tok = load_run(path)
+    from dlmlab import load
+
+    cfg = read_run_config(run_of(path))
+    run = load(path)  # the model and the objective it was trained with (model.json)
+    if run.tokenizer is None:
+        raise UserError(f"{run_of(path) / 'tokenizer.json'} is missing, so the run's text cannot be encoded; copy "
+                        "the tokenizer.json of the run back into the folder")
     if args.source:
         cfg.data.source = args.source
-    stream, _ = load_corpus(cfg.data, tok)
-    print(json.dumps(evaluate_lm(model, cfg, stream, tok.vocab_size)))
+    stream, _ = load_corpus(cfg.data, run.tokenizer)
+    print(json.dumps(evaluate_lm(run.model, run.objective, stream, cfg.data.seq_len, cfg.train.batch_size,
+                                 cfg.eval_batches)))
     return 0

@@ -116,7 +116,7 @@ def _limit(model) -> int | None:
 
 def _load(path: str, run):
     """(denoiser, tokenizer, max positions or None, noise schedule or None) of a loaded masked-diffusion run."""
-    if run.objective != "mdlm" or run.mask_id is None:
+    if not getattr(run.objective, "denoises", False) or run.mask_id is None:
         raise UserError(f"{path} holds a model trained with objective {run.objective_name!r}; masked-diffusion "
                         "decoding needs an mdlm model (`dlmlab sample` samples an ar model left to right)")
     if run.tokenizer is None:
@@ -260,13 +260,13 @@ def run(args: argparse.Namespace) -> int:
                        refresh_every=args.refresh_every, temperature=args.temperature, top_p=args.top_p)
     loaded = load(args.run, step=args.step)
     page = None
-    if loaded.objective == "ar":
+    if getattr(loaded.objective, "shift_logits", False):  # a next-token objective: left to right
         rows = _sample_ar(loaded, args)
     else:
         rows, page = _sample_diffusion(loaded, cfg, args)
     for r in rows:  # every row says what made it
         r.update({"model": str(args.run), "step": loaded.step, "family": loaded.family,
-                  "objective": loaded.objective_name or "mdlm"})
+                  "objective": loaded.objective_name})
     lines = [strict_json(r) for r in rows]
     if args.format == "jsonl":
         print("\n".join(lines))
@@ -393,7 +393,8 @@ def _sample_ar(loaded, args) -> list[dict]:
             out = sample_ar(loaded.model, torch.tensor([ids] * n), args.gen_len, args.temperature, args.top_p, gen)
             for i, row in enumerate(out.tolist()):
                 rows.append({"index": start + i, "prompt": text, "text": show_text(tok, row[len(ids):]),
-                             "full": show_text(tok, row), "generated_ids": row[len(ids):], "objective": "ar",
+                             "full": show_text(tok, row), "generated_ids": row[len(ids):],
+                             "objective": loaded.objective_name,
                              "family": loaded.family, "step": loaded.step, "kv_cache": cached,
                              "config": {"temperature": args.temperature, "top_p": args.top_p}})
     return rows

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dlmlab import outdir
 from dlmlab.errors import UserError
-from dlmlab.files import atomic_write_text, strict_json
+from dlmlab.files import strict_json
 from dlmlab.rundir.checkpoint import latest_checkpoint
 from dlmlab.training.distributed import init_from_env, is_main_process
 from dlmlab.training.lm import RunConfig, config_differences, load_run_config, run_config_dict, run_training
@@ -18,11 +18,13 @@ from dlmlab.training.lm import RunConfig, config_differences, load_run_config, r
 
 EPILOG = """\
 The config has four sections (any may be omitted; unknown fields are errors):
-  objective: ar | mdlm (masked diffusion)      data: DataConfig
+  objective: ar | mdlm (masked diffusion), or the objective's card, e.g.
+             {name: mdlm, noise: {name: loglinear, eps: 1.0e-3}, t_range: [0.02, 0.5], pad_id: null}
+             (noise: linear | loglinear | cosine; default linear)
+  data: DataConfig
   model: family (transformer | mamba | mamba2 | lstm | gru; default transformer) and the fields
          of that family's config (TransformerConfig, MambaConfig, Mamba2Config, RecurrentConfig)
   train: TrainConfig (steps, batch_size = global batch, lr, schedule, ckpt_every ...)
-  noise: mdlm noise schedule, {name: linear | loglinear | cosine, eps: ...} (default linear)
 mdlm on a transformer needs model.attn_mask: bidirectional; mamba, mamba2, lstm and gru are causal
 (under mdlm each position sees the tokens to its left and the mask pattern).
 
@@ -59,14 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def extend_run(out: Path, cfg: RunConfig) -> bool:
-    """Prepare run folder ``out`` to train on to ``cfg.train.steps`` when its config differs only there.
+    """Whether run folder ``out`` is to be extended (or, unfinished, given a new end) to ``cfg.train.steps``:
+    it holds a checkpoint and its ``config.json`` differs from ``cfg`` in ``train.steps`` alone.
 
-    A run folder with a checkpoint whose ``config.json`` differs from ``cfg`` in ``train.steps`` alone
-    is extended (or, unfinished, given a new end): its ``config.json`` takes the new step count, so
-    the resume that follows continues from the latest checkpoint up to the new total; a total below
-    the steps already trained is a one-line error.  Returns True when the folder was prepared, False
-    when there is nothing to do (no run there, the same steps, or other differences, which
-    :func:`~dlmlab.training.lm.run_training` reports).
+    A total below the steps already trained is a one-line error.  Nothing is written here:
+    :func:`~dlmlab.training.lm.run_training` (``extend=True``) writes the new step count into ``config.json``
+    once the latest checkpoint has loaded, so an extension that fails leaves the folder as it was.  False
+    when there is nothing to extend (no run there, the same steps, or other differences, which
+    ``run_training`` reports).
     """
     cfg_path = out / "config.json"
     ck = latest_checkpoint(out) if (out / "checkpoints").is_dir() else None
@@ -85,9 +87,6 @@ def extend_run(out: Path, cfg: RunConfig) -> bool:
     if total < trained:
         raise UserError(f"{out} has trained {trained} steps (its latest checkpoint); --steps {total} is fewer: "
                         f"give --steps above {trained} to extend it, or --no-resume to start over")
-    # Under torchrun every rank writes the same file (atomically, each through its own temp file) before
-    # reading it again in run_training, so no rank can see the old step count there, and no barrier is needed.
-    atomic_write_text(cfg_path, strict_json(new, indent=1))
     if is_main_process():
         print(f"extending the run in {out}: from its checkpoint at step {trained} to {total} steps "
               f"(train.steps was {old.get('train', {}).get('steps')})", file=sys.stderr)
@@ -104,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:  # train.progress may differ on resume (it does not change the result)
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, progress=False))
     with outdir.locked(args.out, "dlmlab train"), outdir.write_errors(args.out):
-        if args.steps is not None and not args.no_resume:  # (a config file with other steps stays an error)
-            extend_run(Path(args.out), cfg)
-        result = run_training(cfg, args.out, resume=not args.no_resume)
+        # (a config file with other steps stays an error)
+        extend = args.steps is not None and not args.no_resume and extend_run(Path(args.out), cfg)
+        result = run_training(cfg, args.out, resume=not args.no_resume, extend=extend)
     if init_from_env().is_main:
         print(strict_json({"out": args.out, "eval": result["eval"]}))
     return 0

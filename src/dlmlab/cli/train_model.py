@@ -1,7 +1,8 @@
 """The model ``dlmlab train`` builds: its YAML ``model`` section read as :func:`~dlmlab.models.factory.build_model`
 reads its keywords (through :func:`~dlmlab.models.factory.section_config`, the factory's one place for
 defaults and parameter matching), so ``model: {family: F, **fields}`` and ``build_model(F, vocab_size=V,
-**fields)`` are the same model; ``V`` is the tokenizer's vocabulary (plus the mask id under mdlm).
+**fields)`` are the same model; ``V`` is the tokenizer's vocabulary plus the ids the objective adds (the mask
+token under mdlm).
 
 The resolved config (every field explicit) is what the run records in ``config.json`` and ``model.json``.
 """
@@ -40,14 +41,14 @@ def as_factory_builds(cfg, config_path: str | Path, out: str | Path, resume: boo
     replaced by what :func:`~dlmlab.models.factory.build_model` makes of the section's fields.  Only a width
     to match (a Mamba / Mamba-2 / LSTM / GRU section without ``d_inner`` / ``expand`` / ``hidden_size``)
     needs the vocabulary, so only then is the tokenizer read (or fit)."""
-    from dlmlab.rundir.config import model_from_dict, model_to_dict
+    from dlmlab.training.run_config import model_from_dict, model_to_dict
 
     section = model_section(config_path)
     if matches_width(section.get("family", "transformer"), section):
         from dlmlab.training.distributed import init_from_env  # under torchrun only rank 0 reads or fits it
 
         vocab = init_from_env().from_main(lambda: _tokenizer_vocab(cfg, Path(out), resume))
-        vocab += 1 if cfg.objective == "mdlm" else 0
+        vocab += cfg.objective.added_ids  # the ids the objective adds (the mask token)
     else:
         vocab = 1  # the factory's other defaults do not depend on the vocabulary
     resolved = model_to_dict(section_config(section, vocab))

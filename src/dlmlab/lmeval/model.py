@@ -72,7 +72,7 @@ class DlmlabLM(TemplateLM):
             raise UserError(f"{config.path} has no tokenizer, so the harness's text cannot be encoded")
         if self.run.objective not in ("ar", "mdlm"):
             raise UserError(f"{config.path} does not say its objective (ar or mdlm), so it cannot be scored")
-        self.is_diffusion = self.run.objective == "mdlm"
+        self.is_diffusion = bool(getattr(self.run.objective, "denoises", False))
         self.hf_tokenizer = _is_hf_tokenizer(self.run.tokenizer)
         self.tokenizer = self.run.tokenizer if self.hf_tokenizer else None  # (the harness reads chat templates here)
         self.stats: list[dict] = []

@@ -56,11 +56,14 @@ class ARObjective(CardObjective):
 
     @classmethod
     def from_card(cls, card: dict, where: str = "model.json") -> "ARObjective":
-        try:
-            return cls(pad_id=card.get("pad_id"), per_row=bool(card.get("per_row", False)),
-                       float32=bool(card.get("float32", False)))
-        except (TypeError, ValueError) as e:
-            raise card_error(where, e) from None
+        pad_id = card.get("pad_id")
+        if pad_id is not None and (not isinstance(pad_id, int) or isinstance(pad_id, bool)):
+            raise card_error(where, f"pad_id must be a token id or null, got {pad_id!r}")
+        flags = {k: card.get(k, False) for k in ("per_row", "float32")}
+        for k, v in flags.items():
+            if not isinstance(v, bool):
+                raise card_error(where, f"{k} must be true or false, got {v!r}")
+        return cls(pad_id=pad_id, **flags)
 
 
 def ar_loss(model, tokens: torch.Tensor, **forward_kwargs) -> tuple[torch.Tensor, dict]:

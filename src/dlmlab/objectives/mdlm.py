@@ -9,13 +9,16 @@ by convention: data vocab + 1).  The model never predicts the mask token
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dlmlab.config import ConfigError, require
-from dlmlab.objectives.objective import Batch, CardObjective, card_error, check_t_range, model_device
+from dlmlab.errors import UserError
+from dlmlab.objectives.objective import Batch, CardObjective, card_error, check_t_range, field_where, model_device
 from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, parse_schedule, uniform_times
 
 
@@ -122,21 +125,34 @@ class MaskedDiffusionObjective(CardObjective):
     ``t_range`` ``(lo, hi)``: draw ``t`` uniformly on ``[lo, hi]`` instead (antithetic, as the schedule's own
     draw), e.g. the induction study's narrower mask rates.  ``pad_id``: tokens equal to it are never masked
     and not counted.  Card: ``{"objective": "mdlm", "mask_id", "noise": {"name", ...}, "t_range", "pad_id"}``.
+
+    The mask token is the one id the objective adds to the tokenizer's vocabulary (``added_ids``):
+    ``mask_id=None`` (a run config's objective, before the vocabulary is known) is assigned by
+    :meth:`for_vocab` as the id just past the tokenizer's.
     """
 
-    mask_id: int
+    mask_id: int | None = None
     schedule: Any = None  # NoiseSchedule | str | None (turned into a NoiseSchedule)
     t_range: tuple[float, float] | None = None
     pad_id: int | None = None
 
     name: ClassVar[str] = "mdlm"
+    added_ids: ClassVar[int] = 1
+    denoises: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        require(isinstance(self.mask_id, int) and not isinstance(self.mask_id, bool) and self.mask_id >= 0,
+        require(self.mask_id is None or (isinstance(self.mask_id, int) and not isinstance(self.mask_id, bool)
+                                         and self.mask_id >= 0),
                 f"mask_id must be a token id >= 0, got {self.mask_id!r}")
+        require(self.pad_id is None or (isinstance(self.pad_id, int) and not isinstance(self.pad_id, bool)),
+                f"pad_id must be a token id or null, got {self.pad_id!r}")
         self.schedule = get_schedule(self.schedule)
         if self.t_range is not None:
             self.t_range = check_t_range(self.t_range)
+
+    def for_vocab(self, data_vocab: int) -> "MaskedDiffusionObjective":
+        """The mask token is ``data_vocab``, the id just past the tokenizer's (kept when already set)."""
+        return self if self.mask_id is not None else dataclasses.replace(self, mask_id=int(data_vocab))
 
     def sample_t(self, batch: int, gen: torch.Generator | None) -> torch.Tensor:
         """Times [B]: the schedule's draw on ``[t_min, 1]``, or uniform on ``t_range`` (both antithetic)."""
@@ -153,6 +169,8 @@ class MaskedDiffusionObjective(CardObjective):
         return {"tokens": tokens, "t": t, "noise": torch.rand(tokens.shape, generator=gen), **extra}
 
     def loss(self, model, batch: Batch, **forward_kwargs) -> tuple[torch.Tensor, dict]:
+        if self.mask_id is None:
+            raise UserError("MaskedDiffusionObjective has no mask_id yet; give one, or call for_vocab(vocab)")
         dev = model_device(model)
         x = batch["tokens"].to(dev)
         maskable = x != self.pad_id if self.pad_id is not None else None
@@ -167,10 +185,10 @@ class MaskedDiffusionObjective(CardObjective):
     def from_card(cls, card: dict, where: str = "model.json") -> "MaskedDiffusionObjective":
         """A card without ``noise`` (written before runs recorded one) means the default linear schedule."""
         noise = card.get("noise")
-        schedule = None if noise is None else parse_schedule(noise, f"{where}: noise")
+        schedule = None if noise is None else parse_schedule(noise, field_where(where, "noise"))
         t_range = card.get("t_range")
         if t_range is not None:
-            t_range = check_t_range(t_range, f"{where}: t_range")
+            t_range = check_t_range(t_range, field_where(where, "t_range"))
         try:
             return cls(card.get("mask_id"), schedule, t_range, card.get("pad_id"))
         except ConfigError as e:

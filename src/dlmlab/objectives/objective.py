@@ -23,6 +23,7 @@ The objectives (each in its module, all exported by :mod:`dlmlab.objectives`): :
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -49,16 +50,54 @@ class Objective(Protocol):
 
 
 class CardObjective:
-    """Base of the toolkit's objectives (dataclasses): equality, and the card keys a model has.
+    """Base of the toolkit's objectives (dataclasses): equality, and what the pipeline asks an objective
+    instead of branching on its name.
 
     Two objectives are equal when they are of one class and write the same card; an objective also equals its
     ``name`` (so ``dlmlab.load(run).objective == "mdlm"``, written when that field was a string, still holds).
-    ``shift_logits``: the logits at position ``i`` predict token ``i + 1`` (next-token objectives).
+
+    * ``shift_logits``: the logits at position ``i`` predict token ``i + 1`` (next-token objectives);
+    * ``added_ids``: how many ids the objective adds past the tokenizer's vocabulary (1 for the mask token of
+      masked diffusion), and :meth:`for_vocab` assigns them once the vocabulary is known;
+    * ``denoises``: the model fills in masked positions (a transformer then needs bidirectional attention,
+      it is evaluated by its NELBO bound and decoded by unmasking); else it is scored by its exact NLL;
+    * :meth:`window`: the tokens a training / evaluation row holds for ``seq_len`` predicted positions;
+    * :meth:`evaluate`: held-out NLL or NELBO bound of a model on fixed windows.
+
+    A user's objective subclasses this (a dataclass), defines ``name``, ``make_batch``, ``loss``, ``to_card``
+    and ``from_card``, and is registered with :func:`dlmlab.objectives.register_objective`.
     """
 
     name: ClassVar[str] = "objective"
     shift_logits: ClassVar[bool] = False
+    added_ids: ClassVar[int] = 0
+    denoises: ClassVar[bool] = False
     mask_id: int | None = None
+
+    def for_vocab(self, data_vocab: int) -> "CardObjective":
+        """This objective with the ids it adds assigned, for a tokenizer of ``data_vocab`` ids (the model's
+        vocabulary is ``data_vocab + added_ids``); an objective that adds none returns itself."""
+        return self
+
+    def window(self, seq_len: int) -> int:
+        """Tokens per row for ``seq_len`` predicted positions: ``seq_len + 1`` for next-token objectives."""
+        return seq_len + (1 if self.shift_logits else 0)
+
+    def eval_metrics(self, nll: float) -> dict:
+        """``{"nelbo", "ppl_bound"}`` (a bound: denoising objectives) or ``{"nll", "ppl"}`` of a mean ``nll``."""
+        if self.denoises:
+            return {"nelbo": nll, "ppl_bound": math.exp(nll)}
+        return {"nll": nll, "ppl": math.exp(nll)}
+
+    @torch.no_grad()
+    def evaluate(self, model, chunks: torch.Tensor, seq_len: int, batch_size: int, seed: int = 1234) -> dict:
+        """Mean loss of ``model`` over the held-out ``chunks`` [N, >= window(seq_len)] in batches of
+        ``batch_size`` (each row cut to :meth:`window`; draws from one generator seeded ``seed``), as
+        :meth:`eval_metrics`."""
+        g = torch.Generator().manual_seed(seed)
+        w = self.window(seq_len)
+        losses = [self.loss(model, self.make_batch(xb[:, :w], g))[0].item() for xb in chunks.split(batch_size)]
+        return self.eval_metrics(sum(losses) / len(losses))
 
     def to_card(self) -> dict:  # pragma: no cover - every objective defines its own
         raise NotImplementedError
@@ -106,9 +145,16 @@ def check_t_range(t_range: Any, where: str = "t_range") -> tuple[float, float]:
     return lo, hi
 
 
+def field_where(where: str, key: str) -> str:
+    """Where a card's field ``key`` is: ``objective.noise`` in a config section (``where`` a dotted name),
+    ``PATH/model.json: noise`` in a file."""
+    return f"{where}.{key}" if all(p.isidentifier() for p in where.split(".")) else f"{where}: {key}"
+
+
 def card_error(where: str, e: Exception) -> UserError:
     """A bad objective in a card: one line naming the file (``where``)."""
     return UserError(f"{where}: {e}")
 
 
-__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range"]
+__all__ = ["Objective", "CardObjective", "Batch", "model_device", "token_nll", "step_batch", "check_t_range",
+           "field_where"]

@@ -28,7 +28,7 @@ import torch
 from dlmlab.config import ConfigError, require
 from dlmlab.models.masks import build_mask
 from dlmlab.objectives.mdlm import corrupt, masked_nll, nelbo_per_row
-from dlmlab.objectives.objective import Batch, CardObjective, card_error, model_device
+from dlmlab.objectives.objective import Batch, CardObjective, card_error, field_where, model_device
 from dlmlab.objectives.schedule import NoiseSchedule, get_schedule, parse_schedule, uniform_times
 
 Attention = Literal["hybrid", "bidirectional", "annealed", "hybrid_annealed", "causal"]
@@ -145,7 +145,7 @@ class PrefixDiffusionObjective(CardObjective):
         try:
             noise = card.get("noise")
             return cls(card["seq_len"], card["steps"], card.get("prompt_frac", 0.5), card.get("loss", "masked_ce"),
-                       None if noise is None else parse_schedule(noise, f"{where}: noise"),
+                       None if noise is None else parse_schedule(noise, field_where(where, "noise")),
                        card.get("attention", "hybrid"), card.get("self_cond_frac", 0.5), card.get("anneal_frac", 0.5))
         except (ConfigError, KeyError, TypeError) as e:
             raise card_error(where, e) from None

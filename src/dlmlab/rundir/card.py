@@ -28,7 +28,7 @@ from typing import Any
 from dlmlab.errors import UserError
 from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.models.protocol import FAMILIES
-from dlmlab.objectives.card import check_objective_name, objective_from_card
+from dlmlab.objectives.card import objective_class, objective_from_card
 
 CARD_NAME = "model.json"
 TOKENIZER_NAME = "tokenizer.json"
@@ -73,6 +73,9 @@ def model_card(model: Any, objective: Any = None) -> dict:
     mask_id = written["mask_id"]
     if mask_id is not None and not (isinstance(mask_id, int) and 0 <= mask_id < vocab):
         raise UserError(f"mask_id must be a token id in [0, {vocab}), got {mask_id!r}")
+    if mask_id is None and getattr(objective, "added_ids", 0):
+        raise UserError(f"the {written['objective']!r} objective has no mask_id yet; give one, or call "
+                        "objective.for_vocab(tokenizer vocabulary) before training")
     card = {"format": CARD_FORMAT, "version": 1, "family": family, "config": config, **written,
             "shift_logits": bool(getattr(objective, "shift_logits", True)),
             "bidirectional": is_bidirectional(family, config)}
@@ -98,7 +101,8 @@ def write_card(folder: str | Path, card: dict, tokenizer_json: str | None = None
 
 
 def read_card(folder: str | Path) -> dict | None:
-    """``folder/model.json`` as a dict (``None`` when there is none); a damaged one is a one-line error."""
+    """``folder/model.json`` as a dict (``None`` when there is none); a damaged one, or one whose fields have
+    the wrong type, is a one-line error naming the file and the field (:func:`check_card`)."""
     path = Path(folder) / CARD_NAME
     if not path.is_file():
         return None
@@ -106,13 +110,42 @@ def read_card(folder: str | Path) -> dict | None:
         card = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{path} is unreadable or not JSON ({e}); train the run again") from None
+    check_card(card, str(path))
+    return card
+
+
+def _token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_card(card: Any, where: str = CARD_NAME) -> None:
+    """Check a card's fields as a config file's are checked: one-line :class:`UserError` naming ``where`` and the
+    field (the format, family and config; ``objective`` a registered name or null; ``mask_id`` a token of the
+    model's vocabulary or null; ``shift_logits`` / ``bidirectional`` true or false; the objective's own fields)."""
     ok = (isinstance(card, dict) and card.get("format") == CARD_FORMAT and card.get("family") in FAMILIES
           and isinstance(card.get("config"), dict))
     if not ok:
-        raise UserError(f"{path} is not a dlmlab model card (needs format {CARD_FORMAT!r}, a family in "
+        raise UserError(f"{where} is not a dlmlab model card (needs format {CARD_FORMAT!r}, a family in "
                         f"{list(FAMILIES)} and a config)")
-    check_objective_name(card.get("objective"), "objective")
-    return card
+    for key in ("shift_logits", "bidirectional"):
+        if key in card and not isinstance(card[key], bool):
+            raise UserError(f"{where}: {key} must be true or false, got {card[key]!r}")
+    vocab = card["config"].get("vocab_size")
+    if not _token_id(vocab) or vocab < 1:
+        raise UserError(f"{where}: config.vocab_size must be a positive integer, got {vocab!r}")
+    mask_id = card.get("mask_id")
+    if mask_id is not None and not (_token_id(mask_id) and 0 <= mask_id < vocab):
+        raise UserError(f"{where}: mask_id must be a token id in [0, {vocab}) (config.vocab_size) or null, "
+                        f"got {mask_id!r}")
+    name = card.get("objective")
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise UserError(f"{where}: objective must be an objective's name (a string) or null, got "
+                        f"{type(name).__name__} {name!r}")
+    if objective_class(name, f"{where}: objective").added_ids and mask_id is None:
+        raise UserError(f"{where}: mask_id is null, and objective {name!r} needs its mask token")
+    objective_from_card(card, where)  # the objective's own fields
 
 
 def build_from_card(card: dict):

@@ -113,6 +113,15 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def remove_stale(root: Path) -> None:
+    """Remove the ``step_N.partial`` / ``step_N.deleting`` folders under ``root/checkpoints`` that a kill
+    mid-write or mid-delete left (training calls this when it starts or resumes, and before each save)."""
+    ckdir = Path(root) / "checkpoints"
+    if ckdir.is_dir():
+        for stale in list(ckdir.glob("step_*.partial")) + list(ckdir.glob("step_*.deleting")):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer | None,
                     state: dict, keep: int = 2, files: Mapping[str, str] | None = None) -> Path:
     """Write checkpoint ``step`` under ``root/checkpoints`` atomically and prune old ones.
@@ -125,8 +134,7 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, opt: torch.op
     """
     ckdir = Path(root) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
-    for stale in list(ckdir.glob("step_*.partial")) + list(ckdir.glob("step_*.deleting")):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a kill mid-write / mid-delete
+    remove_stale(root)
     name = f"step_{step:07d}"
     tmp = ckdir / (name + ".partial")
     tmp.mkdir()

@@ -6,7 +6,6 @@ Accepted folders:
   :func:`dlmlab.training.train` (``model.json`` + ``checkpoints/``): its latest checkpoint, or
   checkpoint ``N`` with ``load(run, step=N)``;
 * one of its checkpoint folders, ``RUN/checkpoints/step_N`` (that checkpoint);
-* a run of ``dlmlab train`` written before runs saved ``model.json`` (``config.json`` + ``checkpoints/``);
 * a local Hugging Face model folder (``config.json`` with ``model_type`` + weights): GPT-2, Llama,
   Mistral, Qwen2, GPT-NeoX, Mamba, Mamba-2, LLaDA, Dream (:func:`dlmlab.models.hf_auto.load_hf`).
 
@@ -14,10 +13,15 @@ Example::
 
     run = dlmlab.load("runs/mdlm")
     logits = run.model(tokens)                        # tokens [B, T] -> logits [B, T, V]
-    if run.objective == "mdlm":                       # a MaskedDiffusionObjective (it equals its name)
+    if run.objective.denoises:                        # e.g. a MaskedDiffusionObjective
         tokens[:, -4:] = run.mask_id                  # what the model was trained to fill in
         nelbo = elbo_bound(run.model, tokens, run.mask_id, schedule=run.noise)  # dlmlab.objectives
         batch = run.objective.make_batch(tokens, gen)  # or go on training with the objective it was trained with
+
+Runs written before runs saved ``model.json`` are not loaded (train them again): the card is what says
+what a folder's model is.  A card that names no objective takes it from the run's ``config.json`` when
+there is one (its ``objective`` section; the mask token is then the id past the tokenizer's), and a card's
+objective fields it lacks (a card written before cards recorded the noise schedule) come from there too.
 """
 
 from __future__ import annotations
@@ -30,11 +34,9 @@ from typing import Any
 
 from dlmlab.data.tokenizer import load_tokenizer
 from dlmlab.errors import UserError
-from dlmlab.objectives import ARObjective, LinearSchedule, MaskedDiffusionObjective
-from dlmlab.rundir.card import (TOKENIZER_NAME, build_from_card, card_objective, family_of, is_bidirectional,
-                              read_card)
+from dlmlab.objectives.card import OLD_OBJECTIVE_NAMES, objective_class, objective_from_section
+from dlmlab.rundir.card import CARD_NAME, TOKENIZER_NAME, build_from_card, card_objective, check_card, read_card
 from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
-from dlmlab.rundir.config import load_run, run_objective
 
 ACCEPTED = ("give a run folder written by `dlmlab train` or train() (model.json and checkpoints/), one of its "
             "checkpoints/step_N folders, or a Hugging Face model folder (config.json and weights)")
@@ -90,7 +92,8 @@ class Loaded:
 
     @property
     def noise(self):
-        return self.objective.schedule if isinstance(self.objective, MaskedDiffusionObjective) else None
+        """The noise schedule of a denoising objective (masked diffusion: its ``schedule``), else ``None``."""
+        return getattr(self.objective, "schedule", None) if getattr(self.objective, "denoises", False) else None
 
     @property
     def t_range(self) -> tuple[float, float] | None:
@@ -105,9 +108,13 @@ def _is_checkpoint(p: Path) -> bool:
     return (p / "model.safetensors").is_file() and (p / "state.json").is_file()
 
 
-def _run_of(path: Path) -> Path:
+def run_of(path: Path) -> Path:
     """The run folder of a run folder or of one of its ``checkpoints/`` folders."""
+    path = Path(path)
     return path.parent.parent if path.parent.name == "checkpoints" else path
+
+
+_run_of = run_of
 
 
 def is_training_run(path: Path) -> bool:
@@ -137,25 +144,51 @@ def _hf_config(p: Path) -> dict | None:
     return data if isinstance(data, dict) and ("model_type" in data or "architectures" in data) else None
 
 
-def _run_config_noise(run: Path | None):
-    """The ``noise`` section of a ``dlmlab train`` run's ``config.json`` as data (``None`` when there is none)."""
+def _config_objective(run: Path | None) -> tuple[dict | None, str]:
+    """The ``objective`` section of a ``dlmlab train`` run's ``config.json`` as a card (``{"objective": name,
+    **fields}``; a config written before that section was the card: its name and its ``noise`` section), and
+    the file's path; ``(None, path)`` when there is none."""
     path = run / "config.json" if run is not None else None
     if path is None or not path.is_file() or _hf_config(run) is not None:
-        return None
+        return None, str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None  # not a run config; the card says everything else
-    return data.get("noise") if isinstance(data, dict) else None
+        return None, str(path)  # not a run config; the card says everything else
+    section = data.get("objective") if isinstance(data, dict) else None
+    if isinstance(section, str):
+        section = {"name": section, **({"noise": data["noise"]} if data.get("noise") is not None else {})}
+    if not isinstance(section, dict) or not isinstance(section.get("name"), str):
+        return None, str(path)
+    card = {k: v for k, v in section.items() if k != "name"}
+    return {"objective": section["name"], **card}, str(path)
 
 
-def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device,
+def _card_with_config(card: dict, run: Path | None, where: str) -> tuple[dict, str]:
+    """``card`` completed from the run's ``config.json``: the objective when the card names none, the
+    objective's fields the card lacks (when both name the same objective)."""
+    section, cfg_where = _config_objective(run)
+    if section is None:
+        return card, where
+    if card.get("objective") is None:
+        name = section["objective"]
+        cls = objective_class(name, f"{cfg_where}: objective.name")
+        vocab = card["config"]["vocab_size"] - cls.added_ids  # the tokenizer's ids: the run adds the rest
+        fields = {k: v for k, v in section.items() if k != "objective"}
+        objective = objective_from_section({"name": name, **fields}, f"{cfg_where}: objective").for_vocab(vocab)
+        card = {**card, **objective.to_card()}
+        card["shift_logits"] = bool(objective.shift_logits)
+        check_card(card, f"{where} (objective from {cfg_where})")
+        return card, f"{cfg_where}: objective"
+    missing = {k: v for k, v in section.items() if k not in card}
+    if section["objective"] == card["objective"] and missing:
+        return {**card, **missing}, f"{where} (with {', '.join(sorted(missing))} from {cfg_where})"
+    return card, where
+
+
+def _from_card(card: dict, where: str, ck: Path, tok_dirs: list[Path], source: Path, fmt: str, dtype, device,
                run: Path | None = None) -> Loaded:
-    where = str(ck / "model.json") if (ck / "model.json").is_file() else "model.json"
-    if card.get("objective") == "mdlm" and card.get("noise") is None:
-        noise = _run_config_noise(run)  # a card written before cards recorded the schedule: the run config's
-        if noise is not None:
-            card, where = {**card, "noise": noise}, f"{run / 'config.json'}"
+    card, where = _card_with_config(card, run, where)
     objective = card_objective(card, where)
     model = build_from_card(card)
     state = load_checkpoint(ck, model)
@@ -167,18 +200,13 @@ def _from_card(card: dict, ck: Path, tok_dirs: list[Path], source: Path, fmt: st
                   step=int(state["step"]) if "step" in state else None)
 
 
-def _from_old_run(run: Path, ck: Path | None, source: Path, fmt: str, dtype, device) -> Loaded:
-    """A ``dlmlab train`` run written before ``model.json`` existed (its config.json says everything)."""
-    model, cfg, tok = load_run(ck if ck is not None else run)
-    family = family_of(model.cfg)
-    step = None
-    state = (ck or run) / "state.json"
-    if state.is_file():
-        step = json.loads(state.read_text()).get("step")
-    objective = run_objective(cfg, tok.vocab_size)
-    return Loaded(model=_place(model, dtype, device, tok), tokenizer=tok, objective=objective,
-                  shift_logits=objective.shift_logits, family=family, source=source, format=fmt,
-                  bidirectional=is_bidirectional(family, dataclasses.asdict(model.cfg)), step=step)
+def _read_card(folders: list[Path]) -> tuple[dict | None, str]:
+    """The first card in ``folders`` (a checkpoint's own, then its run's) and its path."""
+    for d in folders:
+        card = read_card(d)
+        if card is not None:
+            return card, str(d / CARD_NAME)
+    return None, CARD_NAME
 
 
 def _place(model, dtype, device, tokenizer=None):
@@ -217,7 +245,7 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
     objective = _hf_objective(info)
     # HFInfo.shift_logits marks Dream's shifted diffusion output only; Loaded.shift_logits also holds for
     # every AR model, whose logits at i - 1 predict token i as well
-    shift = bool(info.shift_logits) or objective == "ar"
+    shift = bool(info.shift_logits) or bool(getattr(objective, "shift_logits", False))
     tokenizer = _hf_tokenizer(tok_dir)
     return Loaded(model=_place(model, None, device, tokenizer), tokenizer=tokenizer, objective=objective,
                   shift_logits=shift, family=info.family, source=p, format=info.format,
@@ -225,10 +253,13 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
 
 
 def _hf_objective(info):
-    """A Hugging Face model's objective: masked diffusion (LLaDA, Dream: the default linear schedule) or AR."""
-    if info.objective in ("mdm", "mdlm"):
-        return MaskedDiffusionObjective(info.mask_id, LinearSchedule())
-    return ARObjective() if info.objective == "ar" else None
+    """A Hugging Face model's objective, by the name its loader gives (``"ar"``; LLaDA, Dream: masked diffusion
+    under the default linear schedule, with the model's mask id); ``None`` when it names none."""
+    name = OLD_OBJECTIVE_NAMES.get(info.objective, info.objective)
+    if name is None:
+        return None
+    return objective_class(name, "the Hugging Face loader's objective").from_card(
+        {"objective": name, "mask_id": info.mask_id}, "the Hugging Face folder")
 
 
 def step_checkpoint(p: Path, step: int) -> Path:
@@ -271,24 +302,21 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
         return dataclasses.replace(loaded, step=step if loaded.step is None else loaded.step)
     if _is_checkpoint(p):
         run = p.parent.parent if p.parent.name == "checkpoints" else None
-        card = read_card(p) or (read_card(run) if run is not None else None)
+        card, where = _read_card([p] + ([run] if run is not None else []))
         if card is not None:
-            return _from_card(card, p, [p] + ([run] if run else []), p, "checkpoint", dtype, device, run)
-        if run is not None and (run / "config.json").is_file() and _hf_config(run) is None:
-            return _from_old_run(run, p, p, "checkpoint", dtype, device)
-        raise UserError(f"{p} is a checkpoint folder without model.json (and its run folder has no config.json), "
-                        "so its model is unknown; pass the model to dlmlab.rundir.load_checkpoint instead")
+            return _from_card(card, where, p, [p] + ([run] if run else []), p, "checkpoint", dtype, device, run)
+        raise UserError(f"{p} is a checkpoint folder without model.json (nor has its run folder one), so its model "
+                        "is unknown (runs written before runs saved model.json are not loaded: train it again); "
+                        "or pass the model you build to dlmlab.rundir.load_checkpoint")
     is_run = (p / "checkpoints").is_dir() or (p / "model.json").is_file()
     if is_run:
         ck = latest_checkpoint(p)
         if ck is None:
             raise UserError(f"{p} is a run folder with no complete checkpoint yet (checkpoints/ is empty); "
                             "train it (longer) first")
-        card = read_card(ck) or read_card(p)
+        card, where = _read_card([ck, p])
         if card is not None:
-            return _from_card(card, ck, [ck, p], p, "run", dtype, device, p)
-        if (p / "config.json").is_file() and _hf_config(p) is None:
-            return _from_old_run(p, ck, p, "run", dtype, device)
+            return _from_card(card, where, ck, [ck, p], p, "run", dtype, device, p)
         raise UserError(f"{p} is a run folder without model.json (trained before runs saved their model config), "
                         "so its model is unknown; train it again or load its checkpoint into a model you build")
     if _hf_config(p) is not None:
@@ -296,4 +324,4 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
     raise UserError(f"{p} is not a folder dlmlab can load; {ACCEPTED}")
 
 
-__all__ = ["Loaded", "load", "step_checkpoint", "is_training_run", "has_run_config"]
+__all__ = ["Loaded", "load", "step_checkpoint", "is_training_run", "has_run_config", "run_of"]

@@ -1,10 +1,9 @@
 """`dlmlab train` / `dlmlab eval`: an LM of any family (transformer, mamba, mamba2, lstm, gru) on a text
-corpus, AR or masked diffusion (mdlm)."""
+corpus, with the run config's objective (ar, mdlm, or one added with register_objective)."""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -14,44 +13,45 @@ from dlmlab import outdir
 from dlmlab.config import ConfigError
 from dlmlab.data import TokenStream, load_corpus, load_tokenizer
 from dlmlab.files import atomic_write_text, strict_json
-from dlmlab.objectives import LinearSchedule
 from dlmlab.rundir.card import CARD_NAME
 from dlmlab.rundir.checkpoint import CheckpointError, latest_checkpoint
-from dlmlab.rundir.config import (RunConfig, build_run_model, load_run, load_run_config, mask_id_of,  # noqa: F401
-                                model_from_dict, model_to_dict, run_config_dict, run_objective)
 from dlmlab.training.distributed import init_from_env
 from dlmlab.training.loop import train
+from dlmlab.training.run_config import (RunConfig, build_run_model, load_run, load_run_config,  # noqa: F401
+                                        model_from_dict, model_to_dict, normalized_config, read_run_config,
+                                        run_config_dict, run_objective)
 
 
 def make_lm_task(cfg: RunConfig, stream: TokenStream, vocab: int):
     """(batches, objective) for :func:`~dlmlab.training.train`: ``batches(step, gen)`` draws the step's windows
-    of the training stream (``seq_len + 1`` tokens for AR), the run's objective (:func:`run_objective`) draws
-    the rest (global batch)."""
-    T, B = cfg.data.seq_len, cfg.train.batch_size
+    of the training stream (``objective.window(seq_len)`` tokens: one more for AR), the run's objective
+    (:func:`run_objective`) draws the rest (global batch)."""
+    B = cfg.train.batch_size
     obj = run_objective(cfg, vocab)
+    W = obj.window(cfg.data.seq_len)
 
     def batches(step: int, gen: torch.Generator) -> torch.Tensor:
-        return TokenStream.windows(stream.train, B, T + (1 if cfg.objective == "ar" else 0), gen)
+        return TokenStream.windows(stream.train, B, W, gen)
 
     return batches, obj
 
 
 @torch.no_grad()
-def evaluate_lm(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, vocab: int) -> dict:
-    """Held-out perplexity (AR) or ELBO perplexity bound (MDLM, under the run's noise schedule) on fixed
-    validation windows."""
+def evaluate_lm(model: torch.nn.Module, objective, stream: TokenStream, seq_len: int, batch_size: int,
+                batches: int) -> dict:
+    """Held-out perplexity (an exact-NLL objective: ``nll``, ``ppl``) or ELBO perplexity bound (a denoising
+    one: ``nelbo``, ``ppl_bound``, under its noise schedule) of ``model`` under ``objective`` on the first
+    ``batches * batch_size`` validation windows of ``seq_len + 1`` tokens (``objective.evaluate``)."""
     model.eval()
-    T = cfg.data.seq_len
-    obj = run_objective(cfg, vocab)
-    x = TokenStream.chunks(stream.val, T + 1, limit=cfg.eval_batches * cfg.train.batch_size)
-    if cfg.objective == "ar":
-        losses = [obj.loss(model, obj.make_batch(xb))[0].item() for xb in x.split(cfg.train.batch_size)]
-        nll = sum(losses) / len(losses)
-        return {"nll": nll, "ppl": math.exp(nll)}
-    g = torch.Generator().manual_seed(1234)
-    losses = [obj.loss(model, obj.make_batch(xb[:, :T], g))[0].item() for xb in x.split(cfg.train.batch_size)]
-    nll = sum(losses) / len(losses)
-    return {"nelbo": nll, "ppl_bound": math.exp(nll)}
+    x = TokenStream.chunks(stream.val, seq_len + 1, limit=batches * batch_size)
+    return objective.evaluate(model, x, seq_len, batch_size)
+
+
+def evaluate_run(model: torch.nn.Module, cfg: RunConfig, stream: TokenStream, vocab: int) -> dict:
+    """:func:`evaluate_lm` as run ``cfg`` says (its objective for ``vocab`` tokenizer ids, seq_len, batch size,
+    eval batches)."""
+    return evaluate_lm(model, run_objective(cfg, vocab), stream, cfg.data.seq_len, cfg.train.batch_size,
+                       cfg.eval_batches)
 
 
 # What `dlmlab train` writes into its folder; --no-resume moves an earlier run's aside first.
@@ -74,17 +74,13 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def config_differences(old: dict, new: dict) -> list[str]:
     """``["model.d_model: 32 in the folder, 64 now", ...]`` for the fields where two run configs differ.
 
-    A config without ``model.family`` (written before families existed) is a transformer's; one without
-    ``noise`` (written before runs named a schedule, or naming none) has the default schedule."""
-    a, b = _flat(old), _flat(new)
-    default = _flat({"noise": LinearSchedule().to_data()})
+    A config without ``model.family`` (written before families existed) is a transformer's; one whose
+    objective is a bare name beside a ``noise`` section (written before the objective section was the
+    objective's card) is read as that card (:func:`normalized_config`)."""
+    a, b = _flat(normalized_config(old)), _flat(normalized_config(new))
     for d in (a, b):
         if any(k.startswith("model.") for k in d):
             d.setdefault("model.family", "transformer")
-        if d.get("noise", 0) is None:
-            del d["noise"]
-        if not any(k.startswith("noise.") for k in d):
-            d.update(default)
     missing = object()
     diffs = []
     for key in sorted(set(a) | set(b)):
@@ -109,7 +105,7 @@ def config_mismatch(out: Path, old: dict, cfg: "RunConfig", diffs: list[str]) ->
             f"or {hint} ({'; '.join(diffs)})")
 
 
-def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> dict:
+def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True, extend: bool = False) -> dict:
     """Train per ``cfg`` into ``out_dir`` (config.json, tokenizer.json, model.json, metrics.jsonl, checkpoints/).
 
     ``model.json`` and ``tokenizer.json`` (also in every checkpoint folder) make the run, or any of its
@@ -118,14 +114,18 @@ def run_training(cfg: RunConfig, out_dir: str | Path, resume: bool = True) -> di
     Holds the folder's lock for the whole run.  ``resume``: continue from the folder's latest
     checkpoint (the config must be the same); else an earlier run's files are moved into
     ``out_dir/previous-<time>/`` and training starts from scratch.  A folder with no checkpoint
-    (e.g. a run that failed before its first one) is simply started over.
+    (e.g. a run that failed before its first one) is simply started over.  ``extend``: the folder's config may
+    differ in ``train.steps`` (the run is extended to ``cfg.train.steps``, ``dlmlab train --steps``).
+
+    ``config.json`` is written once the resumed checkpoint has loaded, so a run that fails before (a damaged
+    checkpoint) leaves the folder as it was.
     """
     out = Path(out_dir)
     with outdir.locked(out, "train"), outdir.write_errors(out):
-        return _run_training(cfg, out, resume)
+        return _run_training(cfg, out, resume, extend)
 
 
-def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
+def _run_training(cfg: RunConfig, out: Path, resume: bool, extend: bool = False) -> dict:
     tok_path = out / "tokenizer.json"
     cfg_path = out / "config.json"
     ctx = init_from_env()
@@ -148,6 +148,8 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
             raise CheckpointError(f"{cfg_path} is corrupt ({e}); use --no-resume to start over "
                                   "(the earlier files are moved aside) or another --out") from None
         diffs = config_differences(old if isinstance(old, dict) else {}, run_config_dict(cfg))
+        if extend:
+            diffs = [d for d in diffs if not d.startswith("train.steps:")]
         if diffs:
             raise ConfigError(config_mismatch(out, old if isinstance(old, dict) else {}, cfg, diffs))
     # Under torchrun only rank 0 fits the tokenizer; the others wait and read it.
@@ -162,16 +164,16 @@ def _run_training(cfg: RunConfig, out: Path, resume: bool) -> dict:
         model = build_model()  # a model the config cannot build fails here, before any file is written
         if not resuming:
             tokenizer.save(tok_path)
-        atomic_write_text(cfg_path, strict_json(run_config_dict(cfg), indent=1))
     ctx.barrier()
     if not ctx.is_main:
         stream, tokenizer = load_corpus(cfg.data, load_tokenizer(tok_path))
         model = build_model()
     batches, objective = make_lm_task(cfg, stream, tokenizer.vocab_size)
-    eval_fn = lambda m, step: evaluate_lm(m, cfg, stream, tokenizer.vocab_size)  # noqa: E731
+    eval_fn = lambda m, step: evaluate_run(m, cfg, stream, tokenizer.vocab_size)  # noqa: E731
     history = train(model, cfg.train, batches, objective, out_dir=out, eval_fn=eval_fn, resume=True,
-                    desc=f"train {cfg.family} {cfg.objective}", tokenizer=tokenizer)
-    final = evaluate_lm(model, cfg, stream, tokenizer.vocab_size)
+                    desc=f"train {cfg.family} {objective.name}", tokenizer=tokenizer,
+                    run_files={"config.json": strict_json(run_config_dict(cfg), indent=1)})
+    final = evaluate_run(model, cfg, stream, tokenizer.vocab_size)
     if ctx.is_main:
         atomic_write_text(out / "eval.json", strict_json(final, indent=1))
     return {"history": history, "eval": final}

@@ -26,7 +26,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -37,7 +37,8 @@ from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.progress import bar as progress_bar
 from dlmlab.objectives.objective import Objective, step_batch
 from dlmlab.rundir.card import CARD_NAME, TOKENIZER_NAME, card_text, is_family_model, model_card, write_card
-from dlmlab.rundir.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from dlmlab.rundir.checkpoint import (latest_checkpoint, list_checkpoints, load_checkpoint, remove_stale,
+                                     save_checkpoint)
 from dlmlab.training.config import TrainConfig, lr_at
 from dlmlab.training.distributed import DistContext, gathered, init_from_env, local_part
 
@@ -119,6 +120,7 @@ def train(
     ctx: DistContext | None = None,
     tokenizer=None,
     parallel: str = "ddp",
+    run_files: Mapping[str, str] | None = None,
 ) -> list[dict]:
     """Train ``model`` in place for ``cfg.steps`` steps with ``objective``; returns the metric rows.
 
@@ -141,6 +143,9 @@ def train(
     ``parallel``: ``"ddp"`` or ``"fsdp"`` (a model already :func:`~dlmlab.training.fsdp.shard`-ed over
     ``ctx``'s ranks); see the module docstring.  ``eval_fn(model, step)`` runs (no grad, eval mode, on every
     rank) every ``cfg.eval_every`` steps and at the end; its dict joins that step's row with keys ``eval_*``.
+    ``run_files``: more text files (name -> content, e.g. a run config) written into ``out_dir`` once the
+    resumed checkpoint has loaded, so that a run failing on a damaged checkpoint changes nothing there.
+    Checkpoint folders left half-written or half-deleted by a killed run are removed then too.
     """
     if parallel not in PARALLEL:
         raise UserError(f"parallel must be one of {list(PARALLEL)}, got {parallel!r}")
@@ -159,13 +164,13 @@ def train(
             stack.enter_context(outdir.write_errors(out))
         tok_json = tokenizer.to_json() if tokenizer is not None else None
         return _train(model, cfg, batches, objective, out, eval_fn, resume, extra_state, desc, ctx, card, tok_json,
-                      parallel)
+                      parallel, run_files)
 
 
 def _train(model, cfg: TrainConfig, batches: Batches, objective: Objective, out: Path | None,
            eval_fn: EvalFn | None, resume: bool, extra_state: dict | None, desc: str,
            ctx: DistContext, card: dict | None = None, tok_json: str | None = None,
-           parallel: str = "ddp") -> list[dict]:
+           parallel: str = "ddp", run_files: Mapping[str, str] | None = None) -> list[dict]:
     opt = make_optimizer(model, cfg)
     start = 0
     history: list[dict] = []
@@ -184,6 +189,9 @@ def _train(model, cfg: TrainConfig, batches: Batches, objective: Objective, out:
             if ctx.is_main:  # said once the checkpoint has loaded (a damaged one is the only line)
                 print(f"resuming the run in {out} from step {start} of {cfg.steps} ({ck.name})", file=sys.stderr)
         if ctx.is_main:  # rewrite metrics so rows after the checkpoint (from a killed run) vanish
+            remove_stale(out)
+            for fname, text in (run_files or {}).items():
+                atomic_write_text(out / fname, text)
             atomic_write_text(metrics_path, "".join(strict_json(r) + "\n" for r in history))
             if card is not None:
                 write_card(out, card, tok_json)

@@ -1,5 +1,11 @@
 """A ``dlmlab train`` run as data: :class:`RunConfig` (``config.json``), the model and objective it builds, and
-:func:`load_run` (a run written before ``model.json`` existed loads from its ``config.json``)."""
+:func:`load_run` (the model, config and tokenizer of a run folder).
+
+The run's ``objective`` section is the objective's card (:mod:`dlmlab.objectives.card`): a registered name
+(``ar``, ``mdlm``, or one added with :func:`~dlmlab.objectives.register_objective`) or ``{name: ...,
+**fields}``; the objective decides the ids it adds to the tokenizer's vocabulary (``added_ids``: the mask
+token), the window a row needs and how the model is evaluated.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +19,15 @@ import torch
 
 from dlmlab.config import Config, ConfigError, from_dict, load_json, load_yaml, require
 from dlmlab.data import DataConfig
-from dlmlab.data.tokenizer import load_tokenizer
 from dlmlab.errors import UserError
 from dlmlab.models import TransformerConfig
 from dlmlab.models.factory import build_model
 from dlmlab.models.protocol import FAMILIES
-from dlmlab.objectives import ARObjective, LinearSchedule, MaskedDiffusionObjective
-from dlmlab.objectives.card import OLD_OBJECTIVE_NAMES
-from dlmlab.objectives.schedule import NoiseSchedule, parse_schedule
+from dlmlab.objectives.card import objective_from_section, objective_section
+from dlmlab.objectives.schedule import parse_schedule
 from dlmlab.rundir.card import family_of
-from dlmlab.rundir.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from dlmlab.rundir.checkpoint import CheckpointError
 from dlmlab.training.config import TrainConfig
-
-OBJECTIVES = ("ar", "mdlm")  # what a run config's objective may be
 
 # Config classes of the non-transformer families as a run config holds them: ``vocab_size`` may be 0
 # there (taken from the tokenizer, as for the transformer); every other field is checked as usual.
@@ -86,60 +88,76 @@ def model_to_dict(model_cfg) -> dict:
 
 
 def run_config_dict(cfg: "RunConfig") -> dict:
-    """``cfg`` as plain data, ``model.family`` included (what ``config.json`` holds).
-
-    ``noise`` is ``{"name": ..., **fields}``, and left out when the run names no schedule (so the
-    ``config.json`` of such a run is what it was before runs could name one)."""
+    """``cfg`` as plain data, ``model.family`` included (what ``config.json`` holds); the objective as its
+    section (:func:`~dlmlab.objectives.card.objective_section`)."""
     d = dataclasses.asdict(cfg)
     d["model"] = model_to_dict(cfg.model)
-    if cfg.noise is None:
-        del d["noise"]
-    else:
-        d["noise"] = cfg.noise.to_data()
+    d["objective"] = objective_section(cfg.objective)
+    del d["noise"]
     return d
+
+
+def normalized_config(data: dict) -> dict:
+    """A ``config.json`` as data, its objective written as :func:`run_config_dict` writes it: a config written
+    before the objective section was the objective's card (``objective: mdlm`` beside a ``noise`` section)
+    compares equal to the same run's config today.  Data that does not describe an objective stays as it is."""
+    if not isinstance(data, dict) or "objective" not in data and "noise" not in data:
+        return data
+    out = dict(data)
+    section = out.get("objective", "ar")
+    noise = out.pop("noise", None)
+    try:
+        out["objective"] = objective_section(_with_noise(section, noise))
+    except UserError:
+        out["objective"], out["noise"] = section, noise  # reported as a difference
+    return out
+
+
+def _with_noise(section: Any, noise: Any, where: str = "objective"):
+    """The objective of ``section`` with an old top-level ``noise`` section folded in (its ``noise`` field)."""
+    objective = objective_from_section(section, where)
+    if noise is None:
+        return objective
+    schedule = parse_schedule(noise, "noise")  # its errors name the section as written
+    card = objective_section(objective)
+    if "noise" not in card:
+        raise ConfigError(f"noise: objective {card['name']!r} has no noise schedule (remove the noise section)")
+    if isinstance(section, dict) and "noise" in section:
+        raise ConfigError(f"noise: the schedule is given twice ({where}.noise and noise); keep {where}.noise")
+    card["noise"] = schedule.to_data()
+    return objective_from_section(card, where)
 
 
 @dataclass
 class RunConfig(Config):
-    """A whole LM training run.  ``model.vocab_size`` is taken from the tokenizer (plus one mask id for mdlm).
+    """A whole LM training run.  ``model.vocab_size`` is taken from the tokenizer (plus the ids the objective
+    adds: the mask token under mdlm).
 
     ``model`` is the config of one family, chosen by ``model.family`` in YAML / JSON: ``transformer``
     (default; :class:`~dlmlab.models.TransformerConfig`), ``mamba``, ``mamba2``, ``lstm`` or ``gru``
     (their configs in :mod:`dlmlab.models`).  Checked when built or loaded (also the sections together:
-    the model must fit ``data.seq_len``; ``mdlm`` on a transformer needs a bidirectional mask).
-    ``objective`` ``mdlm`` is masked diffusion; the old names ``dlm`` / ``mdm`` are refused naming it.
-    ``noise``: the masked-diffusion noise schedule, ``{name: loglinear, eps: 1.0e-3}`` or a bare name in
-    YAML (:func:`~dlmlab.objectives.schedule.parse_schedule`), a :class:`~dlmlab.objectives.schedule.NoiseSchedule` in Python;
-    ``None`` (the default) is the linear schedule with its default ``eps`` (:attr:`noise_schedule`).
+    the model must fit ``data.seq_len``; a denoising objective (mdlm) on a transformer needs a bidirectional
+    mask).  ``objective``: the objective's card, a name (``ar``, ``mdlm``; the old names ``dlm`` / ``mdm``
+    are refused naming it) or ``{name: mdlm, noise: {name: loglinear, eps: 1.0e-3}, t_range: [lo, hi],
+    pad_id: ...}`` in YAML (:func:`~dlmlab.objectives.card.objective_from_section`); an objective object in
+    Python.  Its mask id is assigned when the tokenizer is known (:func:`run_objective`).
+    ``noise``: the old spelling of ``objective.noise`` (a top-level schedule, folded into the objective).
     """
 
     model: Any = field(default_factory=TransformerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    objective: str = "ar"  # "ar" | "mdlm" (checked by hand, so that an old name gets its own message)
+    objective: Any = "ar"  # a name, a section {name: ..., **fields}, or an objective (turned into one)
     eval_batches: int = 8
-    noise: Any = None  # None | NoiseSchedule (a mapping or a name is turned into one)
+    noise: Any = None  # old spelling: folded into objective.noise, then None
 
     @property
     def family(self) -> str:
         return family_of(self.model)
 
-    @property
-    def noise_schedule(self) -> NoiseSchedule:
-        """The noise schedule an mdlm run trains and is evaluated with (``noise``, or the default linear)."""
-        return self.noise if self.noise is not None else LinearSchedule()
-
-    def check(self) -> None:
-        if self.objective in OLD_OBJECTIVE_NAMES:
-            raise ConfigError(f"objective: {self.objective!r} is an old name of masked diffusion; write "
-                              f"objective: {OLD_OBJECTIVE_NAMES[self.objective]}")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective: {self.objective!r} is not one of {list(OBJECTIVES)}")
-        super().check()
-
     def derive(self) -> None:
-        if self.noise is not None:
-            self.noise = parse_schedule(self.noise)
+        self.objective = _with_noise(self.objective, self.noise)
+        self.noise = None
         if isinstance(self.model, dict):
             self.model = model_from_dict(self.model)
         elif not dataclasses.is_dataclass(self.model):
@@ -155,13 +173,11 @@ class RunConfig(Config):
 
     def validate(self) -> None:
         require(self.eval_batches > 0, f"eval_batches must be > 0, got {self.eval_batches}")
-        if self.noise is not None and self.objective != "mdlm":
-            raise ConfigError(f"noise: a noise schedule is for objective 'mdlm'; this run's objective is "
-                              f"{self.objective!r} (remove the noise section)")
         if not isinstance(self.model, TransformerConfig):
             return
-        if self.objective == "mdlm" and self.model.attn_mask == "causal":
-            raise ConfigError("objective 'mdlm' needs model.attn_mask 'bidirectional' (a causal mask cannot see right context)")
+        if self.objective.denoises and self.model.attn_mask == "causal":
+            raise ConfigError(f"objective {self.objective.name!r} needs model.attn_mask 'bidirectional' (a causal "
+                              "mask cannot see right context)")
         if self.model.positions == "learned" and self.data.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"data.seq_len ({self.data.seq_len}) exceeds model.max_seq_len ({self.model.max_seq_len}) of learned "
@@ -172,48 +188,37 @@ def load_run_config(path: str | Path) -> RunConfig:
     return load_yaml(RunConfig, path)
 
 
-def mask_id_of(cfg: RunConfig, data_vocab: int) -> int | None:
-    """The mask token of an mdlm run: one id past the tokenizer's (``None`` for AR)."""
-    return data_vocab if cfg.objective == "mdlm" else None
+def run_objective(cfg: RunConfig, data_vocab: int):
+    """The run's objective with the ids it adds assigned for a tokenizer of ``data_vocab`` ids (mdlm: the mask
+    id ``data_vocab``, the last id of the model vocabulary)."""
+    return cfg.objective.for_vocab(data_vocab)
 
 
 def build_run_model(cfg: RunConfig, data_vocab: int) -> torch.nn.Module:
-    """A freshly initialised model for ``cfg`` (any family) with ``data_vocab`` tokenizer ids."""
-    extra = 1 if cfg.objective == "mdlm" else 0
-    fields = dict(dataclasses.asdict(cfg.model), vocab_size=data_vocab + extra)
+    """A freshly initialised model for ``cfg`` (any family) with ``data_vocab`` tokenizer ids (plus the ids the
+    objective adds)."""
+    fields = dict(dataclasses.asdict(cfg.model), vocab_size=data_vocab + cfg.objective.added_ids)
     return build_model(family_of(cfg.model), match_params=False, **fields)
 
 
-def run_objective(cfg: RunConfig, vocab: int):
-    """The run's :class:`~dlmlab.objectives.objective.Objective`: AR, or masked diffusion with mask id ``vocab``
-    (the last id of the model vocabulary) under the run's noise schedule."""
-    if cfg.objective == "ar":
-        return ARObjective()
-    return MaskedDiffusionObjective(vocab, cfg.noise_schedule)
-
-
+def read_run_config(run: str | Path) -> RunConfig:
+    """The :class:`RunConfig` of run folder ``run`` (its ``config.json``)."""
+    p = Path(run)
+    if not (p / "config.json").exists():
+        raise CheckpointError(f"{p} is not a dlmlab run directory (no config.json)")
+    return load_json(RunConfig, p / "config.json", hint="the run directory is damaged: train it again")
 
 
 def load_run(path: str | Path) -> tuple[torch.nn.Module, RunConfig, object]:
     """Model, config and tokenizer of a finished or partial ``dlmlab train`` run: ``path`` is the run
-    folder (its latest checkpoint) or one of its ``checkpoints/step_N`` folders (that checkpoint).
-    :func:`dlmlab.load` loads these and more (runs of ``train()``, Hugging Face folders)."""
+    folder (its latest checkpoint) or one of its ``checkpoints/step_N`` folders (that checkpoint); the
+    model is what :func:`dlmlab.load` loads (``model.json``)."""
+    from dlmlab.rundir.load import load, run_of
+
     p = Path(path)
-    ck = None
-    if (p / "model.safetensors").is_file() and p.parent.name == "checkpoints":
-        ck, p = p, p.parent.parent
-    if not (p / "config.json").exists():
-        raise CheckpointError(f"{p} is not a dlmlab run directory (no config.json)")
-    cfg = load_json(RunConfig, p / "config.json", hint="the run directory is damaged: train it again")
-    ck = ck or latest_checkpoint(p)
-    if ck is None:
-        raise CheckpointError(f"no checkpoint in {p}/checkpoints")
-    # the run's tokenizer, else the copy every checkpoint keeps
-    tok_path = next((d / "tokenizer.json" for d in (p, ck) if (d / "tokenizer.json").is_file()), None)
-    if tok_path is None:
-        raise CheckpointError(f"{p / 'tokenizer.json'} is missing (and {ck} has no copy), so the run's text cannot "
-                              "be encoded; copy the tokenizer.json of the run back into the folder")
-    tokenizer = load_tokenizer(tok_path)
-    model = build_run_model(cfg, tokenizer.vocab_size)
-    load_checkpoint(ck, model)
-    return model.eval(), cfg, tokenizer
+    cfg = read_run_config(run_of(p))
+    loaded = load(p)
+    if loaded.tokenizer is None:
+        raise CheckpointError(f"{run_of(p) / 'tokenizer.json'} is missing, so the run's text cannot be encoded; "
+                              "copy the tokenizer.json of the run back into the folder")
+    return loaded.model, cfg, loaded.tokenizer
