@@ -20,13 +20,14 @@ SRC = ROOT / "src" / "dlmlab"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("config", "files", "progress", "outdir", "ranks"),
-    ("interp", "data"),
+    ("data",),
+    ("interp",),
     ("hooks", "cache", "models", "tasks", "rating"),
     ("objectives",),
     ("rundir",),
     ("training", "sampling", "metrics", "report"),
     ("prediff", "analysis", "lmeval"),
-    ("studies",),
+    ("studies", "zoo"),
     ("cli", "config_reference"),
 ]
 #: names of the package root and the unit each comes from

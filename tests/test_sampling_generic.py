@@ -1,8 +1,6 @@
 """The generic diffusion sampler: any bidirectional model with an explicit mask id (required), Dream's shifted
 logits, PreDiff through the same Denoiser interface, and no dependency on the PreDiff study wrapper."""
 
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -136,11 +134,6 @@ def test_prediff_plugs_in_through_the_denoiser_interface():
     a = generate(pm, prompt(), 6, DecodeConfig(steps=3), torch.Generator().manual_seed(0))
     b = generate(den, prompt(), 6, DecodeConfig(steps=3), torch.Generator().manual_seed(0))
     assert torch.equal(a.tokens, b.tokens)
-
-
-def test_the_sampler_does_not_import_the_prediff_wrapper():
-    code = "import sys, dlmlab.sampling; bad = [m for m in sys.modules if 'prediff' in m]; assert not bad, bad"
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_decoder_puts_a_training_model_in_eval_mode_and_leaves_an_eval_model_alone():

@@ -1,7 +1,7 @@
 """Tokenizers: characters, or byte-level BPE trained locally with Hugging Face ``tokenizers``.
 
 A masked-diffusion run adds its mask token one id past the tokenizer's vocabulary
-(``mask_id = vocab_size``, :func:`dlmlab.training.lm.mask_id_of`); ``decode`` shows that id as
+(``mask_id = vocab_size``, :meth:`dlmlab.objectives.MaskedDiffusionObjective.for_vocab`); ``decode`` shows that id as
 :data:`MASK_TEXT` and refuses any other id outside the vocabulary with a one-line ``ValueError``.
 """
 

@@ -7,7 +7,8 @@ before the model's own forward, so it also works in ``run_with_hooks`` and ``run
 Which loss: the model's objective, found in this order:
 
 1. ``objective=`` given in the call;
-2. ``model.objective`` (set it from the run: ``model.objective = dlmlab.load(run).objective``);
+2. ``model.objective`` (:func:`dlmlab.load` sets it to the run's objective; set it by hand on a model built
+   another way);
 3. none: a causal model (every SSM / RNN family, a Transformer with ``attn_mask="causal"``) gets
    TransformerLens's loss, the mean next-token cross-entropy of ``logits[:, :-1]`` against ``tokens[:, 1:]``;
    a bidirectional model without an objective is refused (its loss is its objective's, which it cannot guess).

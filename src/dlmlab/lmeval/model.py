@@ -70,8 +70,8 @@ class DlmlabLM(TemplateLM):
         self.run = dlmlab.load(config.path, dtype=_DTYPES[config.dtype], device=self._device, step=config.step)
         if self.run.tokenizer is None:
             raise UserError(f"{config.path} has no tokenizer, so the harness's text cannot be encoded")
-        if self.run.objective not in ("ar", "mdlm"):
-            raise UserError(f"{config.path} does not say its objective (ar or mdlm), so it cannot be scored")
+        if self.run.objective is None:
+            raise UserError(f"{config.path} does not say its objective (e.g. ar or mdlm), so it cannot be scored")
         self.is_diffusion = bool(getattr(self.run.objective, "denoises", False))
         self.hf_tokenizer = _is_hf_tokenizer(self.run.tokenizer)
         self.tokenizer = self.run.tokenizer if self.hf_tokenizer else None  # (the harness reads chat templates here)

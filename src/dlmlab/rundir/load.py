@@ -194,7 +194,7 @@ def _from_card(card: dict, where: str, ck: Path, tok_dirs: list[Path], source: P
     state = load_checkpoint(ck, model)
     tok_file = next((d / TOKENIZER_NAME for d in tok_dirs if (d / TOKENIZER_NAME).is_file()), None)
     tokenizer = load_tokenizer(tok_file) if tok_file is not None else None
-    return Loaded(model=_place(model, dtype, device, tokenizer), tokenizer=tokenizer, objective=objective,
+    return Loaded(model=_place(model, dtype, device, tokenizer, objective), tokenizer=tokenizer, objective=objective,
                   shift_logits=bool(card.get("shift_logits", True)), family=card["family"], source=source,
                   format=fmt, bidirectional=bool(card.get("bidirectional")),
                   step=int(state["step"]) if "step" in state else None)
@@ -209,13 +209,16 @@ def _read_card(folders: list[Path]) -> tuple[dict | None, str]:
     return None, CARD_NAME
 
 
-def _place(model, dtype, device, tokenizer=None):
+def _place(model, dtype, device, tokenizer=None, objective=None):
     """The model on ``device`` / ``dtype``, in eval mode, with ``tokenizer`` attached (``model.tokenizer``:
-    TransformerLens's ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it)."""
+    TransformerLens's ``to_tokens`` / ``to_str_tokens`` / ``to_string`` use it) and ``objective`` too
+    (``model.objective``: ``return_type="loss"`` gives that objective's loss, :mod:`dlmlab.interp.loss`)."""
     if dtype is not None or device is not None:
         model = model.to(device=device, dtype=dtype)
     if tokenizer is not None:
         model.tokenizer = tokenizer
+    if objective is not None:
+        model.objective = objective
     return model.eval()
 
 
@@ -247,7 +250,7 @@ def _from_hf(p: Path, dtype, device) -> Loaded:
     # every AR model, whose logits at i - 1 predict token i as well
     shift = bool(info.shift_logits) or bool(getattr(objective, "shift_logits", False))
     tokenizer = _hf_tokenizer(tok_dir)
-    return Loaded(model=_place(model, None, device, tokenizer), tokenizer=tokenizer, objective=objective,
+    return Loaded(model=_place(model, None, device, tokenizer, objective), tokenizer=tokenizer, objective=objective,
                   shift_logits=shift, family=info.family, source=p, format=info.format,
                   bidirectional=bool(info.bidirectional))
 
@@ -284,7 +287,7 @@ def load(path: str | Path, dtype=None, device=None, step: int | None = None) -> 
     the steps it has.  A path that is none of these is a one-line :class:`~dlmlab.errors.UserError`
     saying what is accepted.  ``"zoo:NAME"`` loads a model of the zoo the package ships (:mod:`dlmlab.zoo`).
     """
-    from dlmlab.zoo import is_zoo, resolve
+    from dlmlab.rundir.zoo import is_zoo, resolve
 
     p = resolve(path) if is_zoo(path) else Path(path)
     if not p.exists():
