@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dlmlab.studies.prediff.claims import (SPEED_MARGIN, STUDY_EFFECTS, below_context_free, compute_claims, flattened,
-                                           learned_precondition, speed_claim)
+from dlmlab.studies.prediff.claims import (CLAIM_COMPARISONS, SPEED_MARGIN, below_context_free, compute_claims,
+                                           flattened, learned_precondition, speed_claim)
+from dlmlab.studies.prediff.seeds import STUDY_EFFECTS, STUDY_SPEED_LOG_RATIO
 from dlmlab.studies.prediff.paired import (censored_steps_difference, fmt_interval, lower_is_better,
                                            round_log_ratios, seed_mean_t_interval)
 from dlmlab.studies.prediff.threshold import fmt_steps, plateau_nll, steps_to_reach, threshold_nll
@@ -70,28 +71,71 @@ def _cmp(a, b, lo, hi, n=3):
             "n": n, "unit": "seeds", "method": "t", "n_windows": 8, "holds": hi < 0}
 
 
-def _res(hybrid=(-0.3, -0.1), shifted=(-0.3, -0.1), methods=None, data=None):
+def _res(hybrid=(-0.3, -0.1), shifted=(-0.3, -0.1), methods=None, data=None, attention=(-0.3, -0.1)):
+    """``shifted``: combined - objective only (attn_obj - diffugpt); ``attention``: combined - attention only."""
     comp = {"hybrid_vs_uniform_bidir": _cmp("prediff", "uniform_bidir", *hybrid),
-            "hybrid_vs_uniform_bidir_shifted": _cmp("attn_obj", "diffugpt", *shifted),
-            "combined_vs_attention_only": _cmp("attn_obj", "prediff", -0.3, -0.1),
+            "combined_vs_attention_only": _cmp("attn_obj", "prediff", *attention),
             "combined_vs_objective_only": _cmp("attn_obj", "diffugpt", *shifted),
             "ar_control_vs_best_diffusion": _cmp("ar_control", "attn_obj", -1.0, -0.5)}
     return {"comparisons": comp, "speed": {}, "methods": methods or {}, "data": data or {}}
 
 
+def test_study_effects_are_the_summarys_perplexities_in_nats():
+    # the summary's PPLs (003_59f6a69613976956.txt:36, :44, :45) as A - B log-PPL differences, the claims' unit
+    assert STUDY_EFFECTS["hybrid_vs_uniform_bidir"] == pytest.approx(math.log(28.7) - math.log(34.1))
+    assert STUDY_EFFECTS["combined_vs_attention_only"] == pytest.approx(math.log(26.9) - math.log(28.7))
+    assert STUDY_EFFECTS["combined_vs_objective_only"] == pytest.approx(math.log(26.9) - math.log(42.8))
+    assert STUDY_EFFECTS["ar_control_vs_best_diffusion"] == pytest.approx(math.log(18.9) - math.log(28.7))
+    assert STUDY_SPEED_LOG_RATIO == pytest.approx(math.log(1800 / 1120))
+    assert round(STUDY_EFFECTS["hybrid_vs_uniform_bidir"], 2) == -0.17  # the value issue 27 quoted
+
+
+def test_each_comparison_counts_in_one_claim():
+    keys = [k for ks in CLAIM_COMPARISONS.values() for k in ks]
+    assert len(keys) == len(set(keys))
+    # the run makes exactly these comparisons, no two of the same pair (attn_obj - diffugpt once)
+    import importlib
+
+    comparisons = importlib.import_module("dlmlab.studies.prediff.run")._comparisons
+    rng = np.random.default_rng(0)
+    names = ("prediff", "uniform_bidir", "diffugpt", "attn_obj", "scratch", "ar_control")
+    res = {"per_window_nll": {n: rng.normal(4, 0.1, (3, 8)).tolist() for n in names},
+           "methods": {n: {"bound": n != "ar_control", "val_nll": 4.0 + i / 10} for i, n in enumerate(names)},
+           "threshold": {"steps": {"prediff": [100] * 3, "scratch": [None] * 3}, "budget": 500}}
+    made = comparisons(res, None)
+    assert set(made) == set(keys)
+    assert len({(c["a"], c["b"]) for c in made.values()}) == len(made)
+    # attn_obj - diffugpt spanning 0 leaves the hybrid claim alone and only moves the compose claim
+    c = {x.id: x for x in compute_claims(_res(shifted=(-0.5, 0.1)))}
+    assert v(c["hybrid_beats_uniform_bidirectional"]) == ("reproduced", None)
+    assert v(c["attention_and_objective_compose"]) == ("inconclusive", "underpowered")
+    assert set(c["hybrid_beats_uniform_bidirectional"].evidence) >= {"prediff_vs_uniform_bidir"}
+    assert "attn_obj_vs_diffugpt" not in c["hybrid_beats_uniform_bidirectional"].evidence
+
+
 def test_hybrid_interval_spanning_zero_but_excluding_the_study_effect_is_effect_excluded():
-    assert STUDY_EFFECTS["hybrid_vs_uniform_bidir"] == -0.17
     c = {x.id: x for x in compute_claims(_res(hybrid=(-0.007, 0.007)))}
     hyb = c["hybrid_beats_uniform_bidirectional"]
-    assert v(hyb) == ("inconclusive", "effect_excluded") and "-0.17" in hyb.detail and "n=3" in hyb.detail
-    assert hyb.evidence["prediff_vs_uniform_bidir"]["study_effect"] == -0.17
+    assert v(hyb) == ("inconclusive", "effect_excluded") and "-0.172" in hyb.detail and "n=3" in hyb.detail
+    assert hyb.evidence["prediff_vs_uniform_bidir"]["study_effect"] == STUDY_EFFECTS["hybrid_vs_uniform_bidir"]
     assert hyb.evidence["prediff_vs_uniform_bidir"]["interval"].endswith("(n=3 seeds, t)")
+    assert hyb.seed_ref == "003_59f6a69613976956.txt:44" and hyb.study_effect["hybrid_ppl"] == 28.7
     # the interval holds the study's effect: more seeds could decide it
     assert v(compute_claims(_res(hybrid=(-0.2, 0.05)))[0]) == ("inconclusive", "underpowered")
-    # no study effect for the shifted comparison: spanning 0 is underpowered, however narrow
-    assert v(compute_claims(_res(shifted=(-0.001, 0.001)))[0]) == ("inconclusive", "underpowered")
     assert v(compute_claims(_res())[0]) == ("reproduced", None)
     assert v(compute_claims(_res(hybrid=(0.01, 0.02)))[0]) == ("contradicted", None)
+
+
+def test_compose_reads_effect_excluded_against_the_studys_objective_only_gap():
+    # the cpu run's attn_obj - diffugpt interval (docs: before/after issue 27) excludes log(26.9 / 42.8) = -0.46
+    comp = compute_claims(_res(shifted=(-0.0221, 0.0105)))[1]
+    assert v(comp) == ("inconclusive", "effect_excluded") and "-0.464" in comp.detail
+    assert comp.study_effect["combined_ppl"] == 26.9 and comp.seed_ref == "003_59f6a69613976956.txt:36"
+    # an interval that holds -0.46 nats stays underpowered
+    assert v(compute_claims(_res(shifted=(-0.5, 0.1)))[1]) == ("inconclusive", "underpowered")
+    # combined - attention only: the study's gap is log(26.9 / 28.7) = -0.065
+    assert v(compute_claims(_res(attention=(-0.01, 0.01)))[1]) == ("inconclusive", "effect_excluded")
+    assert v(compute_claims(_res(attention=(-0.08, 0.01)))[1]) == ("inconclusive", "underpowered")
 
 
 def _curve(start, end, steps=(0, 100, 200, 300, 400, 500), tau=60.0):
@@ -203,6 +247,19 @@ def test_speed_claim_is_judged_on_the_per_round_ratios():
     assert v(speed_claim({"prediff@8": _timed([0.5] * 5, False), "ar_control": _timed(ar, False)})) == \
         ("inconclusive", "not_run")
     assert v(speed_claim({})) == ("inconclusive", "not_run")
+    # rounds whose log-ratio interval spans log(1.1) but stays below the study's log(1800 / 1120): effect excluded
+    close = speed_claim({"prediff@8": _timed([t / r for t, r in zip(ar, (1.0, 1.2, 1.05, 1.15, 1.1))]),
+                         "ar_control": _timed(ar)})
+    assert v(close) == ("inconclusive", "effect_excluded") and "0.474" in close.detail
+    # timed models that did not learn the language: a precondition, however fast the sampler
+    learned = {"val_nll_per_seed": [4.0, 4.1, 4.05]}
+    res = {"data": {"unigram_nll": 5.0}, "methods": {"prediff": {"val_nll_per_seed": [5.5, 5.6, 5.5]},
+                                                     "ar_control": learned}}
+    slow_learner = speed_claim({"prediff@8": _timed([t / 2 for t in ar]), "ar_control": _timed(ar)}, res)
+    assert v(slow_learner) == ("inconclusive", "precondition") and slow_learner.evidence["learned"]["holds"] is False
+    res["methods"]["prediff"] = learned
+    ok = speed_claim({"prediff@8": _timed([t / 2 for t in ar]), "ar_control": _timed(ar)}, res)
+    assert v(ok) == ("reproduced", None) and ok.evidence["learned"]["holds"] is True
 
 
 def test_lower_is_better_reports_n():
@@ -228,7 +285,9 @@ def test_rejudge_recomputes_a_stored_run(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(stored))
     out = {cid: (before, c) for cid, before, c in rejudge(tmp_path)}
     before, hyb = out["hybrid_beats_uniform_bidirectional"]
-    assert before == "reproduced" and v(hyb) == ("inconclusive", "not_run")  # no shifted pair in this run
+    # the bootstrap-era "reproduced": a t-interval around 0 that excludes the study's log(28.7 / 34.1)
+    assert before == "reproduced" and v(hyb) == ("inconclusive", "effect_excluded")
+    assert hyb.seed_ref == "003_59f6a69613976956.txt:44"
     before, thr = out["ar_init_reaches_threshold_faster_than_scratch"]
     assert before == "-" and v(thr) == ("reproduced", None) and thr.evidence["scratch_steps"] == ">= 500, >= 500, >= 500"
     assert main([str(tmp_path)]) == 0

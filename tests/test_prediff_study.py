@@ -36,6 +36,13 @@ def test_smoke_end_to_end(tmp_path):
         assert c["holds"] is not None or c["reason"] in ("not_run", "precondition"), (c["id"], c["reason"])
     # the seeded smoke run's verdicts (the speed claim is timed in one round only at this preset: not run)
     assert {c["id"]: (c["verdict"], c["reason"]) for c in data["claims"]} == SMOKE_VERDICTS
+    # issue 34: every claim cites its summary sentence, and is reproduced only where its models learned the language
+    for c in data["claims"]:
+        assert (c["seed_ref"] or c["extension"]) and c["seed_says"].strip() and "study_effect" in c, c["id"]
+        if c["reason"] != "not_run":
+            assert "learned" in c["evidence"], c["id"]  # the precondition is shown, whichever way it went
+        if c["verdict"] == "reproduced":
+            assert c["evidence"]["learned"]["holds"] is True, c["id"]
     r = data["results"]
     assert set(r["methods"]) == set(PRESETS["smoke"].methods)
     bb = r["backbone"]

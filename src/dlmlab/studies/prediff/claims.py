@@ -5,8 +5,10 @@ Verdicts (see :mod:`dlmlab.report.claims`):
 * a paired NLL comparison "A beats B" (:func:`comparison_verdict`): its 95% t-interval over seed means
   (``n`` seeds, :mod:`.paired`) wholly below 0 -> reproduced; wholly above -> contradicted; spanning 0 ->
   inconclusive: ``effect_excluded`` when it also excludes the study's reported difference
-  (:data:`STUDY_EFFECTS`), else ``underpowered``.  A claim needing several comparisons takes
-  :func:`~dlmlab.report.claims.combine`; a comparison the preset did not make is not_run.
+  (:data:`~dlmlab.studies.prediff.seeds.STUDY_EFFECTS`, computed from the summary's perplexities), else
+  ``underpowered``.  A claim needing several comparisons takes :func:`~dlmlab.report.claims.combine`; each
+  comparison belongs to exactly one claim (:data:`CLAIM_COMPARISONS`); a comparison the preset did not make is
+  not_run.
 * preconditions (:func:`learned_precondition`), checked whatever the interval says: every model a claim
   compares must have **learned** the language: its held-out NLL below the context-free level (the
   unigram cross-entropy of the held-out targets; log V where a run did not record it) beyond the seeds'
@@ -17,8 +19,12 @@ Verdicts (see :mod:`dlmlab.report.claims`):
 * steps to the threshold: the censored paired difference of :mod:`.threshold` (infinite ends where runs
   never reached the threshold); its precondition: the AR-initialised model learned the language.
 * speed: the per-round log ratio of 8-step PreDiff over AR tokens/s from interleaved rounds (one run), its
-  t-interval over rounds against log(1 + ``SPEED_MARGIN``); fewer than ``MIN_SPEED_REPEATS`` interleaved
-  rounds -> not_run.
+  t-interval over rounds against log(1 + ``SPEED_MARGIN``), the study's log(1800 / 1120) as its effect;
+  fewer than ``MIN_SPEED_REPEATS`` interleaved rounds -> not_run; precondition (issue 34, fixed before
+  re-judging): both timed models learned the language (a sampler of an untrained model is as fast).
+
+Every claim's evidence carries ``learned``: each compared model's NLL minus the context-free level (its
+interval) and whether the learned precondition held, so a reproduced claim shows its models learned.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from dlmlab.report import Claim, claim
 from dlmlab.report.claims import (LEARNED_FRACTION, REPRODUCED, Judgement, combine, contradicted, not_run,
                                   precondition_failed, underpowered, verdict_from_interval)
 from dlmlab.report.intervals import mean_ci
+from dlmlab.report.seeds import with_seeds
 from dlmlab.studies.prediff.paired import fmt_interval, round_log_ratios
+from dlmlab.studies.prediff.seeds import SEED_REFS, STUDY_EFFECTS, STUDY_SPEED_LOG_RATIO
 from dlmlab.studies.prediff.threshold import PLATEAU_SHARE, fmt_steps
 
 SPEEDUP_TARGET = 1.5
@@ -39,11 +47,14 @@ MIN_SPEED_REPEATS = 3  # interleaved rounds per method before a speed comparison
 SPEED_RULE = (f"8-step PreDiff and AR timed interleaved (each round runs both, order rotated), >= "
               f"{MIN_SPEED_REPEATS} rounds; per round r the log of the tokens/s ratio; reproduced when the "
               f"t-interval over rounds of that log ratio lies above log(1 + {SPEED_MARGIN}), contradicted when below; "
-              f"fewer rounds or not interleaved: not run")
-#: the study's reported A - B held-out NLL differences (nats / target token), where it reports one: hybrid vs
-#: uniform bidirectional attention, 0.17 nats in the study's favour (from issue 27's review of the study text;
-#: the repository holds no copy of the paper).  Comparisons without an entry pass no study effect.
-STUDY_EFFECTS: dict[str, float] = {"hybrid_vs_uniform_bidir": -0.17}
+              f"fewer rounds or not interleaved: not run; both timed models must have learned the language")
+#: the paired comparisons (``res["comparisons"]`` keys) each claim reads: every comparison counts in one claim
+CLAIM_COMPARISONS: dict[str, tuple[str, ...]] = {
+    "hybrid_beats_uniform_bidirectional": ("hybrid_vs_uniform_bidir",),
+    "attention_and_objective_compose": ("combined_vs_attention_only", "combined_vs_objective_only"),
+    "ar_init_reaches_threshold_faster_than_scratch": ("ar_init_vs_scratch_steps",),
+    "ar_control_still_better": ("ar_control_vs_best_diffusion",),
+}
 
 
 def _evidence(c: dict | None) -> dict:
@@ -166,6 +177,9 @@ def _paired_claim(cid: str, statement: str, comps: dict[str, dict | None], res: 
     ev = {f"{c['a']}_vs_{c['b']}": {**_evidence(c), **({"study_effect": STUDY_EFFECTS[k]} if k in STUDY_EFFECTS else {})}
           for k, c in comps.items() if c is not None}
     holds = None if judgement.reason == "not_run" else judgement.verdict == "reproduced"
+    if res is not None and all(c is not None for c in parts):
+        names = list(dict.fromkeys(m for c in parts for m in (c["a"], c["b"])))
+        ev["learned"] = learned_evidence(res, names, names if flat is None else flat)
     return claim(cid, statement, holds, judgement=judgement, **ev,
                  rule="A minus B held-out NLL (nats / target token), Student-t 95% interval over the seed means "
                  "(each over the same held-out windows and masks); reproduced only when every interval excludes 0 "
@@ -174,30 +188,52 @@ def _paired_claim(cid: str, statement: str, comps: dict[str, dict | None], res: 
 
 
 def compute_claims(res: dict) -> list[Claim]:
-    out = []
+    """The study's five claims from a run's measurements, each with its summary sentence (:mod:`.seeds`)."""
     comp = res.get("comparisons", {})
-    pick = lambda *ks: {k: comp.get(k) for k in ks}  # noqa: E731
-    out.append(_paired_claim(
+    pick = lambda cid: {k: comp.get(k) for k in CLAIM_COMPARISONS[cid]}  # noqa: E731
+    out = [_paired_claim(
         "hybrid_beats_uniform_bidirectional",
         "Adapting with the hybrid mask (prompt causal, target bidirectional) gives a lower held-out ELBO perplexity "
-        "bound than adapting with uniform bidirectional attention, same budget, under the unshifted and under the "
-        "shifted (DiffuGPT-style) objective",
-        pick("hybrid_vs_uniform_bidir", "hybrid_vs_uniform_bidir_shifted"), res))
+        "bound than adapting with uniform bidirectional attention, same objective and budget",
+        pick("hybrid_beats_uniform_bidirectional"), res)]
     out.append(_paired_claim(
         "attention_and_objective_compose",
         "Attention adaptation (hybrid mask) and objective adaptation (DiffuGPT shifted prediction with mask "
         "annealing) combined beat each alone (lower ELBO perplexity bound)",
-        pick("combined_vs_attention_only", "combined_vs_objective_only"), res))
+        pick("attention_and_objective_compose"), res))
     out.append(threshold_claim(res))
     c = comp.get("ar_control_vs_best_diffusion")
     out.append(_paired_claim(
         "ar_control_still_better",
         "The AR model fine-tuned for the same budget still has a lower held-out perplexity than the best diffusion "
         "adaptation's ELBO bound (the diffusion numbers are upper bounds)",
-        {"ar_control_vs_best_diffusion": c}, res, flat=None if c is None else (c["b"],),
+        pick("ar_control_still_better"), res, flat=None if c is None else (c["b"],),
         best_diffusion_method=None if c is None else c["b"]))
-    out.append(speed_claim(res.get("speed", {})))
-    return out
+    out.append(speed_claim(res.get("speed", {}), res))
+    return with_seeds(out, SEED_REFS)
+
+
+def learned_evidence(res: dict, methods: list[str], flat: tuple[str, ...] = ()) -> dict:
+    """What the learned precondition read, for a claim's evidence: {holds, context_free_nll, <method>: NLL minus
+    the context-free level as ``mean [lo, hi] (n=.. seeds, t)`` and, for ``flat``, the late share of the curve's
+    improvement}; ``holds`` False with the failure in ``failed`` when a model did not learn."""
+    level, budget = context_free_nll(res), res.get("budget")
+    ev: dict = {"context_free_nll": level}
+    for name in methods:
+        m = res.get("methods", {}).get(name, {})
+        per = m.get("val_nll_per_seed") or ([m["val_nll"]] if m.get("val_nll") is not None else [])
+        row = {}
+        if per and level is not None:
+            row["nll_minus_context_free"] = mean_ci([x - level for x in per]).fmt()
+        f = flattened(m, budget) if name in flat else None
+        if f is not None:
+            row["flattened"] = f"{'yes' if f[0] else 'no'}: {f[1]}"
+        ev[name] = row or "not measured"
+    pre = learned_precondition(res, methods, flat)
+    ev["holds"] = pre is None
+    if pre is not None:
+        ev["failed"] = pre.detail
+    return ev
 
 
 def threshold_claim(res: dict) -> Claim:
@@ -216,7 +252,7 @@ def threshold_claim(res: dict) -> Claim:
         "Starting from the pretrained AR model reaches a fixed perplexity threshold (midway between the "
         "from-scratch and the AR-initialised plateaus) in fewer adaptation steps than training from scratch",
         None if c is None else j.verdict == "reproduced", judgement=j,
-        **({} if c is None else {"steps_difference": _evidence(c)}),
+        **({} if c is None else {"steps_difference": _evidence(c), "learned": learned_evidence(res, ["prediff"])}),
         threshold_ppl=thr.get("ppl"), threshold_fraction=thr.get("fraction"),
         plateau_ppl={k: math.exp(v) for k, v in thr.get("plateaus", {}).items()} or None,
         ar_init_steps=shown.get("prediff"), scratch_steps=shown.get("scratch"), reached=thr.get("reached"),
@@ -225,9 +261,10 @@ def threshold_claim(res: dict) -> Claim:
              "interval bounds the paired difference from both sides; excludes the backbone's pretraining compute")
 
 
-def speed_claim(sp: dict) -> Claim:
+def speed_claim(sp: dict, res: dict | None = None) -> Claim:
     """``few_step_sampling_faster_than_ar`` from ``res["speed"]`` (entries of :func:`dlmlab.metrics.speed.throughputs`):
-    judged on the per-round log ratio of the interleaved rounds (see ``SPEED_RULE``)."""
+    judged on the per-round log ratio of the interleaved rounds (see ``SPEED_RULE``), against the study's
+    log(1800 / 1120); with ``res``, both timed models must have learned the language (precondition)."""
     d8, ar = sp.get("prediff@8", {}), sp.get("ar_control", {})
     ratio = speedup(d8, ar)
     t8, ta = d8.get("times_s", []), ar.get("times_s", [])
@@ -239,7 +276,13 @@ def speed_claim(sp: dict) -> Claim:
                             f"not timed interleaved over >= {MIN_SPEED_REPEATS} paired rounds")
     else:
         judgement = verdict_from_interval(lr["lo"], lr["hi"], side=+1, level=level, n=lr["n"],
-                                          what="per-round log(8-step / AR tokens/s)")
+                                          what="per-round log(8-step / AR tokens/s)",
+                                          study_effect=STUDY_SPEED_LOG_RATIO)
+    learned = None
+    if lr is not None and res is not None:
+        learned = learned_evidence(res, ["prediff", "ar_control"])
+        pre = learned_precondition(res, ["prediff", "ar_control"])
+        judgement = judgement if pre is None else _failed(pre, judgement)
     return claim(
         "few_step_sampling_faster_than_ar",
         "8-step PreDiff sampling (prompt keys/values reused) generates more tokens per second than KV-cached AR "
@@ -252,5 +295,6 @@ def speed_claim(sp: dict) -> Claim:
         interval=None if lr is None else f"ratio {lr['ratio']:.3g} [{lr['ratio_interval'][0]:.3g}, "
                                           f"{lr['ratio_interval'][1]:.3g}] (n={lr['n']} rounds, t on log ratios)",
         per_round_log_ratio=None if lr is None else lr["per_round"],
+        study_log_ratio=STUDY_SPEED_LOG_RATIO, **({} if learned is None else {"learned": learned}),
         rule=SPEED_RULE, target_speedup=SPEEDUP_TARGET,
         meets_target=None if lr is None else lr["ratio"] >= SPEEDUP_TARGET)

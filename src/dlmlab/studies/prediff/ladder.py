@@ -1,10 +1,16 @@
 """The PreDiff scale ladder: the study's comparisons at 3 backbone sizes, one recipe for all.
 
 ``dlmlab reproduce prediff --preset ladder --out DIR`` pretrains a backbone of each size and adapts it with
-every method over the seeds (the cpu preset's data, batch, learning rates and evaluation; a shorter
-adaptation budget so that all sizes fit 20 minutes on 2 idle cores), then reports per comparison the
-per-size Student-t interval over seeds and the trend from the smallest to the largest size
-(:mod:`dlmlab.report.ladder`): a table and a figure, plus each size's claim verdicts.  No sampling, speed or
+every method over the seeds (the cpu preset's recipe unchanged: data, budget, batch, learning rates and
+evaluation), then reports per comparison the per-size Student-t interval over seeds and the trend from the
+smallest to the largest size (:mod:`dlmlab.report.ladder`): a table and a figure, plus each size's claim
+verdicts.
+
+A ladder never trains less than the preset it extends (``extends``): :meth:`PreDiffLadder.validate` refuses a
+recipe with fewer pretraining or adaptation steps, a smaller batch or fewer seeds (issue 34: a ladder that
+cut adaptation to 300 steps, below the 500 at which the cpu models learn, read its own precondition failures
+as a finding about scale).  Where the study reports a value for a comparison, the trend is measured toward
+that value (:func:`toward_study_side`), not toward the claim's level.  No sampling, speed or
 MAUVE (they do not bear on the comparisons).  Each size lives in ``DIR/size-d<d_model>-l<n_layers>/``; a
 re-run reuses finished sizes (their ``measured.json``) and resumes unfinished adaptations from checkpoints.
 """
@@ -24,15 +30,15 @@ from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.models import TransformerConfig
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.ladder import LadderStat, ladder_figure, ladder_table, trend
-from dlmlab.studies.prediff.claims import STUDY_EFFECTS, compute_claims
+from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.presets import PRESETS, PreDiffPreset
+from dlmlab.studies.prediff.seeds import STUDY_EFFECTS
 from dlmlab.studies.threads import threads_for, torch_threads
-from dlmlab.training import TrainConfig
 
 #: (comparison key, label) of the ladder's statistics: A - B, lower is better for A (side -1, level 0)
 STATS = [("hybrid_vs_uniform_bidir", "hybrid - uniform NLL (prediff - uniform_bidir)"),
-         ("hybrid_vs_uniform_bidir_shifted", "hybrid - uniform NLL, shifted (attn_obj - diffugpt)"),
          ("combined_vs_attention_only", "combined - attention only NLL (attn_obj - prediff)"),
+         ("combined_vs_objective_only", "combined - objective only NLL (attn_obj - diffugpt)"),
          ("ar_control_vs_best_diffusion", "AR control - best diffusion NLL"),
          ("ar_init_vs_scratch_steps", "AR init - scratch steps to threshold (censored)")]
 
@@ -43,12 +49,23 @@ def _model(d: int, layers: int, heads: int) -> TransformerConfig:
 
 @dataclass
 class PreDiffLadder(Config):
-    """``recipe``: every size's data, training and evaluation (its ``model`` replaced by each of ``sizes``)."""
+    """``recipe``: every size's data, training and evaluation (its ``model`` replaced by each of ``sizes``);
+    ``extends``: the preset whose recipe it scales, which it may not train less than."""
 
     recipe: PreDiffPreset
     sizes: list[TransformerConfig] = field(default_factory=list)
+    extends: str = "cpu"
 
     def validate(self) -> None:
+        require(self.extends in PRESETS, f"extends must name a preset ({sorted(PRESETS)}), got {self.extends!r}")
+        base, r = PRESETS[self.extends], self.recipe
+        for what, mine, theirs in (("pretrain.steps", r.pretrain.steps, base.pretrain.steps),
+                                   ("pretrain.batch_size", r.pretrain.batch_size, base.pretrain.batch_size),
+                                   ("adapt.steps", r.adapt.steps, base.adapt.steps),
+                                   ("adapt.batch_size", r.adapt.batch_size, base.adapt.batch_size),
+                                   ("number of seeds", len(r.seeds), len(base.seeds))):
+            require(mine >= theirs, f"a ladder never trains less than the preset it extends: {what} {mine} < "
+                                    f"{self.extends}'s {theirs}")
         require(len(self.sizes) >= 2, f"a ladder needs >= 2 sizes, got {len(self.sizes)}")
         require(len({(s.d_model, s.n_layers) for s in self.sizes}) == len(self.sizes), "ladder sizes must differ")
         require(len(self.recipe.seeds) >= 2, "a ladder needs >= 2 seeds per size for its intervals")
@@ -60,22 +77,19 @@ class PreDiffLadder(Config):
 
 
 def _ladder() -> PreDiffLadder:
-    """cpu recipe, 300 adaptation steps (cpu: 500; its curves are flat by step 300), at d_model 32 / 64 / 96
-    (62k / 274k / 558k parameters; d 128 would cost ~2.3x the cpu size per step and not fit the 20 minutes)."""
-    cpu = PRESETS["cpu"]
-    recipe = dataclasses.replace(cpu, adapt=dataclasses.replace(cpu.adapt, steps=300))
-    return PreDiffLadder(recipe, [_model(32, 2, 2), _model(64, 4, 4), _model(96, 4, 4)])
+    """The cpu recipe unchanged (500 adaptation steps, 3 seeds) at d_model 32 / 64 / 96 (62k / 274k / 558k
+    parameters; d 128 would cost ~2.3x the cpu size per step)."""
+    return PreDiffLadder(PRESETS["cpu"], [_model(32, 2, 2), _model(64, 4, 4), _model(96, 4, 4)], extends="cpu")
 
 
 def _ladder_smoke() -> PreDiffLadder:
     """Two tiny sizes of the smoke recipe (seconds per size; for tests and a quick look)."""
     smoke = PRESETS["smoke"]
-    recipe = dataclasses.replace(smoke, adapt=dataclasses.replace(smoke.adapt, steps=10), pretrain=TrainConfig(
-        steps=40, batch_size=16, lr=3e-3, warmup_steps=5, log_every=20, keep_checkpoints=1, progress=False),
-        eval_windows=8, curve_windows=4)
+    recipe = dataclasses.replace(smoke, eval_windows=8, curve_windows=4)
     small = dict(mlp="gelu_new", max_seq_len=48)
     return PreDiffLadder(recipe, [TransformerConfig(d_model=16, n_layers=1, n_heads=2, d_mlp=64, **small),
-                                  TransformerConfig(d_model=32, n_layers=2, n_heads=2, d_mlp=128, **small)])
+                                  TransformerConfig(d_model=32, n_layers=2, n_heads=2, d_mlp=128, **small)],
+                         extends="smoke")
 
 
 LADDERS: dict[str, PreDiffLadder] = {"ladder": _ladder(), "ladder_smoke": _ladder_smoke()}
@@ -108,14 +122,27 @@ def measure_size(p: PreDiffPreset, out: Path, progress: bool) -> dict:
     return json.loads(strict_json(measured))  # the same (JSON) form a re-run reads back
 
 
+def toward_study_side(values: dict[int, list[float]], study: float | None, claim_side: int = -1) -> int:
+    """The side a trend must move to approach the study's value: the direction from the smallest size's mean
+    to ``study`` (+1 up, -1 down), fixed by the smallest size alone before the others are read; the claim's
+    side when the study reports no value (or the smallest size sits on it)."""
+    if study is None:
+        return claim_side
+    small = values[min(values)]
+    mean = sum(small) / len(small)
+    return claim_side if mean == study else (1 if study > mean else -1)
+
+
 def ladder_stats(by_size: dict[int, dict]) -> list[LadderStat]:
-    """{params: measured} -> one :class:`LadderStat` per comparison present at every size (per-seed A - B)."""
+    """{params: measured} -> one :class:`LadderStat` per comparison present at every size (per-seed A - B), its
+    trend measured toward the study's value where it reports one (:func:`toward_study_side`)."""
     out = []
     for key, label in STATS:
         if not all(key in m["comparisons"] for m in by_size.values()):
             continue
-        out.append(LadderStat(label, {n: m["comparisons"][key]["per_seed"] for n, m in by_size.items()}, side=-1,
-                              level=0.0, study_value=STUDY_EFFECTS.get(key)))
+        values = {n: m["comparisons"][key]["per_seed"] for n, m in by_size.items()}
+        study = STUDY_EFFECTS.get(key)
+        out.append(LadderStat(label, values, side=toward_study_side(values, study), level=0.0, study_value=study))
     return out
 
 
@@ -144,7 +171,9 @@ def run_ladder(name: str, out: Path, progress: bool = True) -> StudyResult:
     stats = ladder_stats(by_size)
     table = ladder_table(stats, "PreDiff comparisons over backbone size (A - B; below 0 favours A)")
     table.note += ("  Per seed: the mean over held-out windows of A - B (nats / target token; steps for the "
-                   "threshold, censored runs at the budget).  Study: its reported difference, where it reports one.")
+                   "threshold, censored runs at the budget).  Study: its reported difference, from its perplexities, where it "
+                   "reports one; there the trend is measured toward it (the side from the smallest size's mean to "
+                   "the study's value), elsewhere on the claim's side (below 0).")
     figure = ladder_figure(stats, out, "ladder", "PreDiff comparisons (A - B) over backbone parameters: mean and "
                                                  "95% t-interval over seeds; below 0 favours A")
     sizes_table = Table("Ladder sizes", ["d_model", "layers", "heads", "parameters", "seconds"],

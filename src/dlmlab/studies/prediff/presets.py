@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Literal
@@ -60,9 +61,11 @@ class PreDiffPreset(Config):  # checked when built: options, finite numbers, val
     speed_batch: int = 1  # CPU: one prompt at a time (latency); the paper preset uses a GPU batch
     speed_repeats: int = 10  # interleaved timing rounds: the speed claim's interval is over their per-round ratios
     lambada_limit: int = 500
-    device: str = "cpu"
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto (cuda when available, else cpu; see resolved_device)
 
     def validate(self) -> None:
+        require(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+                f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         unknown = [m for m in self.methods if m not in METHODS]
         require(not unknown, f"unknown methods {unknown}; choose from {sorted(METHODS)}")
         require(len(set(self.methods)) == len(self.methods) > 0, "methods must be non-empty and distinct")
@@ -83,6 +86,14 @@ class PreDiffPreset(Config):  # checked when built: options, finite numbers, val
         require(last >= (1 - PLATEAU_SHARE) * self.adapt.steps,
                 f"curve_every must put a curve point in the last {PLATEAU_SHARE:.0%} of adapt.steps (the plateau "
                 f"behind the threshold is their mean), got {self.curve_every} for {self.adapt.steps} steps")
+
+    def resolved_device(self) -> str:
+        """``device`` with ``auto`` resolved on this machine: cuda when available, else cpu."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
 
     @property
     def prompt_len(self) -> int:
@@ -124,8 +135,27 @@ def _paper() -> PreDiffPreset:
                           keep_checkpoints=2),
         scratch_lr=6e-4, curve_every=1000, curve_windows=256, curve_n_t=2, eval_windows=2048,
         eval_n_t=8, n_prompts=512, sample_prompt_len=256, gen_len=256, sample_steps=[8, 32, 128],
-        speed_batch=32, speed_repeats=5, device="cuda",
+        speed_batch=32, speed_repeats=5, device="auto",
     )
 
 
 PRESETS: dict[str, PreDiffPreset] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper()}
+
+
+def first_steps(preset: PreDiffPreset, steps: int) -> PreDiffPreset:
+    """The ``paper`` preset cut to ``steps`` optimizer steps per model, to prove the paper path end to end
+    (``scripts/paper_first_steps.py``): the backbone, its tokenizer and every model shape are the preset's;
+    only training lengths, the batch (2), the windows (64 tokens, prompt half), the seeds (one) and the
+    evaluation, sampling and timing sizes shrink, so that every method, analysis and claim runs on a CPU in a
+    few minutes (GPT-2's 85M non-embedding parameters: about a second per forward there).  Its claims say
+    nothing about the study."""
+    if steps < 1:
+        raise ConfigError(f"steps must be >= 1, got {steps}")
+    cap = lambda t: dataclasses.replace(t, steps=min(t.steps, steps), batch_size=min(t.batch_size, 2),  # noqa: E731
+                                        warmup_steps=min(t.warmup_steps, steps // 2), log_every=1, ckpt_every=0,
+                                        keep_checkpoints=1, progress=False)
+    return dataclasses.replace(
+        preset, pretrain=cap(preset.pretrain), adapt=cap(preset.adapt), seeds=list(preset.seeds[:1]),
+        seq_len=min(preset.seq_len, 64), curve_every=min(preset.curve_every, steps), curve_windows=2, curve_n_t=1, eval_windows=4, eval_n_t=1,
+        original_eval_n_t=1, n_prompts=4, sample_prompt_len=16, gen_len=16, sample_steps=[8], speed_batch=1,
+        speed_repeats=3, lambada_limit=2)

@@ -57,10 +57,10 @@ def _mean_curve(curves: list[list[dict]]) -> list[dict]:
 
 
 def _comparisons(res: dict, p) -> dict:
-    """The paired comparisons behind the claims (lower held-out NLL is better; see :mod:`.paired`)."""
+    """The paired comparisons behind the claims (lower held-out NLL is better; see :mod:`.paired`); each one
+    counts in one claim (:data:`~dlmlab.studies.prediff.claims.CLAIM_COMPARISONS`)."""
     nll = {n: np.array(v) for n, v in res["per_window_nll"].items()}  # [S, N]
     pairs = {"hybrid_vs_uniform_bidir": ("prediff", "uniform_bidir"),
-             "hybrid_vs_uniform_bidir_shifted": ("attn_obj", "diffugpt"),
              "combined_vs_attention_only": ("attn_obj", "prediff"),
              "combined_vs_objective_only": ("attn_obj", "diffugpt")}
     out = {k: {"a": a, "b": b, **lower_is_better(nll[a], nll[b])} for k, (a, b) in pairs.items() if a in nll and b in nll}
@@ -85,6 +85,7 @@ def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted([*PRESETS, *LADDERS])}")
     p = PRESETS[preset]
     p.validate()
+    p = dataclasses.replace(p, device=p.resolved_device())  # the run records the device it ran on
     with torch_threads(threads_for(p.model.d_model)):  # the same thread count on every machine
         return _run(preset, p, Path(out), progress)
 
