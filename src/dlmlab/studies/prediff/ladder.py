@@ -23,11 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from dlmlab.config import Config, require
 from dlmlab.files import atomic_write_text, strict_json
 from dlmlab.models import TransformerConfig
+from dlmlab.progress import bar
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.ladder import LadderStat, ladder_figure, ladder_table, trend
 from dlmlab.studies.prediff.claims import compute_claims
@@ -165,7 +164,7 @@ def run_ladder(name: str, out: Path, progress: bool = True) -> StudyResult:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     by_size = {}
-    for s in tqdm(lad.sizes, desc="ladder sizes", disable=not progress):
+    for s in bar(lad.sizes, desc="ladder sizes", disable=not progress, log_every_s=0):
         m = measure_size(lad.size_preset(s), _size_dir(out, s), progress)
         by_size[m["params"]] = m
     stats = ladder_stats(by_size)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from dlmlab.data import TokenStream
 from dlmlab.metrics import find_lambada, mean_pooled_features, rep_n, self_bleu
 from dlmlab.metrics.likelihood import generative_perplexity
 from dlmlab.prediff import METHODS
+from dlmlab.progress import bar
 from dlmlab.report import StudyResult, write_study
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.prediff.adapt import adapt, held_out_nll, original_weighting_nll, unigram_nll
@@ -147,7 +147,7 @@ def _run(preset: str, p, out: Path, progress: bool) -> StudyResult:
                         "rep4": rep_n(refs.tolist(), 4), "self_bleu": self_bleu([tokenizer.decode(r.tolist()) for r in refs])}
     texts: dict[str, list[str]] = {"reference": [tokenizer.decode(r.tolist()) for r in refs]}
     jobs = [(name, key, s) for name in p.methods for key, s in _sample_keys(name, p.sample_steps)]
-    for name, key, steps in tqdm(jobs, desc="sampling", disable=not progress, leave=False):
+    for name, key, steps in bar(jobs, desc="sampling", disable=not progress, leave=False, log_every_s=0):
         samples = generate(name, models[name], prompts, p, steps)
         res["samples"][key] = sample_metrics(samples, refs, judge, backbone, tokenizer, p, ref_feats)
         texts[key] = [tokenizer.decode(s[p.sample_prompt_len:].tolist()) for s in samples]
