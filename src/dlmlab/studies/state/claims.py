@@ -173,9 +173,12 @@ def s3_with_parity(cells, seed_cells=None) -> Claim:
 
 def all_claims(cells, conv_runs=None, pretrained=None, seed_cells=None) -> list[Claim]:
     """Every claim of the study; ``seed_cells`` {(arch, task): [cells of further seeds]} (profile claims)."""
-    return [late_in_recurrent(cells, seed_cells), gradual_in_transformer(cells, seed_cells),
-            dyck_inversion(cells, seed_cells), s3_with_parity(cells, seed_cells), direction_ablation(cells),
-            conv1d(conv_runs or {}), readability_causality(pretrained or [], cells)]
+    from dlmlab.report.seeds import with_seeds
+    from dlmlab.studies.state.seeds import SEED_REFS
+
+    return with_seeds([late_in_recurrent(cells, seed_cells), gradual_in_transformer(cells, seed_cells),
+                       dyck_inversion(cells, seed_cells), s3_with_parity(cells, seed_cells), direction_ablation(cells),
+                       conv1d(conv_runs or {}), readability_causality(pretrained or [], cells)], SEED_REFS)
 
 
 _BY_LEN = ("acc_by_len", "acc_per_seq", "chance", "above_chance_by_len")

@@ -10,6 +10,7 @@ from dlmlab.report import Claim
 from dlmlab.report.claims import (CONTROL_ALPHA, REPRODUCED, Judgement, combine, contradicted, interval_verdict,
                                   learned_level, not_run, precondition_failed, short_of_scale, underpowered)
 from dlmlab.report.intervals import Interval, control_test, hierarchical_ci
+from dlmlab.studies.state.seeds import SEED_REFS
 from dlmlab.studies.state.claims_base import (ABLATION_MARGIN, CAUSAL_MARGIN, EQUIV_LEVEL, EQUIV_MARGIN,
                                               MIN_CONV_SEEDS, OOD_MIN_LEN, PREFIX, TOL, _chance_text, _judged,
                                               _none_counted, _not_learned_row, _split, best_block, is_learned)
@@ -211,6 +212,9 @@ def _toy_split(cells, margin: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ Conv1D
+#: the summary's Conv1D drops (accuracy with - without Conv1D; :mod:`.seeds`)
+CONV_EFFECT = SEED_REFS["conv1d_matters_for_prefix_not_dyck"].study_effect
+
 def conv_drop_grid(with_runs: list[dict], without_runs: list[dict]) -> np.ndarray:
     """Per seed and evaluation item (sequence x length): accuracy with Conv1D - without -> [S, N]."""
     rows = []
@@ -271,7 +275,7 @@ def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MAR
         elif t == "dyck":
             parts.append(equivalence_verdict(*ivs[t], margin=margin, what="dyck drop"))
         else:
-            parts.append(interval_verdict(ivs[t][0], +1, 0.0, what=f"{t} drop"))
+            parts.append(interval_verdict(ivs[t][0], +1, 0.0, what=f"{t} drop", study_effect=CONV_EFFECT[t]))
     text = "; ".join(f"{t}: drop {ivs[t][0].fmt()}, 90% [{v['lo90']:.3f}, {v['hi90']:.3f}] (accuracy with "
                      f"{np.mean(v['acc_with']):.3f}, without {np.mean(v['acc_without']):.3f}; with Conv1D learned in "
                      f"{sum(v['with_learned'])} of {len(v['with_learned'])} seeds)" for t, v in per.items())
