@@ -51,7 +51,7 @@ def run_one(study: str, out: Path, steps: int) -> None:
     mod = importlib.import_module(f"dlmlab.studies.{study}")
     pm = importlib.import_module(f"dlmlab.studies.{study}.presets")
     presets = pm.PRESETS
-    presets["paper"] = getattr(pm, "first_steps", cap_steps)(presets["paper"], steps)  # the study looks its preset up by name
+    presets["paper"] = getattr(pm, "first_steps", cap_steps)(presets["paper"], steps)  # looked up by name
     mod.run("paper", out, progress=False)
 
 

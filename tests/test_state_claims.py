@@ -105,18 +105,36 @@ def _ablation(ps, rs, lens=(40, 80, 120)):
             (("probe_subspace", ps), ("random_subspace", rs))}
 
 
+def _controls(train_value, ood_value, sd=0.005, lens=(80, 120)):
+    """>= 200 random-subspace draws N(0, sd) at the training length and at each unseen length (same subspaces)."""
+    draws = list(np.random.default_rng(0).normal(0.0, sd, 200))
+    return {"control": {"value": train_value, "draws": draws, "n_seqs": 16},
+            "control_ood": {"n_seqs": 6, "value_by_len": {L: ood_value for L in lens},
+                            "draws_by_len": {L: draws for L in lens}}}
+
+
 def test_direction_ablation_short_of_its_margin_is_scale():
     above = {40: True, 80: True, 120: True}
 
-    def one(ps, rs, acc=1.0):
-        return {("lstm", "s3"): cell("lstm", "s3", GRADUAL, acc=acc, ablation=_ablation(ps, rs),
-                                     above_chance_by_len=above)}
+    def one(value, ood=None, acc=1.0, controls=True):
+        return {("lstm", "s3"): cell("lstm", "s3", GRADUAL, acc=acc, ablation=_ablation([0.5, 0.4, 0.4], [0, 0, 0]),
+                                     above_chance_by_len=above,
+                                     **(_controls(value, value if ood is None else ood) if controls else {}))}
 
-    assert vj(C.direction_ablation(one([0.5, 0.4, 0.4], [0, 0, 0]))) == ("reproduced", None)
-    cl = C.direction_ablation(one([0.015, 0.4, 0.4], [0.0, 0, 0]))  # beats random, by less than 0.02
+    assert vj(C.direction_ablation(one(0.3))) == ("reproduced", None)
+    cl = C.direction_ablation(one(0.015))  # beats its 200 draws (3 sd), by less than 0.02
     assert vj(cl) == ("inconclusive", "scale") and "short of the margin" in cl.detail
-    assert vj(C.direction_ablation(one([0.0, 0.4, 0.4], [0.01, 0, 0]))) == ("contradicted", None)
-    assert vj(C.direction_ablation(one([0.5, 0.4, 0.4], [0, 0, 0], acc=0.5))) == ("inconclusive", "precondition")
+    # issue 34: above the draws' median but not beating them (p > 0.05) is a loss, not "scale"
+    cl = C.direction_ablation(one(0.004))
+    assert vj(cl) == ("contradicted", None) and cl.evidence["cells"]["lstm/s3"]["train"]["outcome"] == "loses"
+    # the unseen lengths have their own 200 draws: a win at the training length does not carry over
+    cl = C.direction_ablation(one(0.3, ood=0.0))
+    assert vj(cl) == ("contradicted", None)
+    assert cl.evidence["cells"]["lstm/s3"]["unseen"]["control"]["n_draws"] == 200
+    # a stored run with one random subspace per length (no draws) cannot win, however large the gap
+    cl = C.direction_ablation(one(0.3, controls=False))
+    assert vj(cl) == ("contradicted", None) and "without >= 200 control draws" in cl.detail
+    assert vj(C.direction_ablation(one(0.3, acc=0.5))) == ("inconclusive", "precondition")
 
 
 def _pre(arch, drops, ctrl=None, acc=1.0, probe=(0.5, 0.6, 0.95, 1.0, 1.0)):
@@ -268,12 +286,14 @@ def test_random_controls_with_200_draws_decide_the_ablation_claims():
     above = {40: True, 80: True, 120: True}
 
     def one(value):  # the single random subspace says "wins" every time: the distribution decides
+        ctl = _controls(value, value, sd=0.01)
         return {("lstm", "s3"): cell("lstm", "s3", GRADUAL, ablation=_ablation([0.5, 0.4, 0.4], [0, 0, 0]),
-                                     above_chance_by_len=above, control={"value": value, "draws": draws, "n_seqs": 16})}
+                                     above_chance_by_len=above, **ctl)}
 
     cl = C.direction_ablation(one(0.3))
     assert vj(cl) == ("reproduced", None) and cl.evidence["cells"]["lstm/s3"]["train"]["control"]["n_draws"] == 200
-    assert vj(C.direction_ablation(one(0.015))) == ("inconclusive", "scale")
+    # 1.5 sd above the draws' median, p > 0.05: it does not beat its control (issue 34: no longer "scale")
+    assert vj(C.direction_ablation(one(0.015))) == ("contradicted", None)
     assert vj(C.direction_ablation(one(-0.05))) == ("contradicted", None)
     # per-layer distributions on a pretrained model: block 1 clears its draws, readable block 3 -> split
     layer = [{"value": v, "draws": draws} for v in (0.0, 0.3, 0.0, 0.02, 0.0)]

@@ -38,6 +38,10 @@ def test_ladder_stats_and_trend_from_hand_made_runs():
     assert [st.name for st in prof] == ["lstm/parity late margin"]
     assert LD.trend(prof[0]).label == "toward the study with scale"
     assert acc[0].per_size[32.0].mean == pytest.approx(0.6 - 0.95)
+    # the summary reports perfect accuracy for the recurrent baselines on parity / S3: the row carries 1 - level
+    assert prof[0].study_value is None and acc[0].study_value == pytest.approx(0.05)
+    mamba = {(d, "mamba", a, s): c for (d, _, a, s), c in runs.items()}
+    assert LD.ladder_stats(mamba)[1][0].study_value is None  # only an ordering for Mamba: no number
 
 
 @pytest.mark.study  # a study run: outside `make test-fast`

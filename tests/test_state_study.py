@@ -43,6 +43,22 @@ def test_smoke_outputs(smoke):
         assert c["holds"] is not None or c["reason"] in ("not_run", "precondition"), (c["id"], c["reason"])
         if c["holds"] is None:
             assert "reason" in c["evidence"]
+    # issue 34: every claim cites its summary sentence, and none is reproduced by a model that did not learn
+    for c in data["claims"]:
+        assert c.get("seed_ref") or c.get("extension"), c["id"]
+        assert c.get("seed_says", "").strip() and "study_effect" in c, c["id"]
+        if c["verdict"] == "reproduced":  # its precondition holds and is shown: no cell it names failed to learn
+            ev = c["evidence"]
+            assert not ev.get("not_learned") and not ev.get("at_chance") and not ev.get("partial"), c["id"]
+            assert ev.get("n_cells", 1) >= 1 or ev.get("models"), c["id"]
+    learned = {(c["arch"], c["task"]) for c in data["results"]["cells"] if c["learned"]}
+    if not learned:  # no smoke model learns its task: no claim may be reproduced
+        assert all(c["verdict"] != "reproduced" for c in data["claims"])
+    # the random control of the probe-subspace ablation: >= 200 draws at the training length and every unseen one
+    for c in data["results"]["cells"]:
+        assert len(c["control"]["draws"]) >= 200
+        assert {int(L) for L in c["control_ood"]["draws_by_len"]} == {L for L in p_lens() if L >= 80}
+        assert all(len(d) == len(c["control"]["draws"]) for d in c["control_ood"]["draws_by_len"].values())
     # the seeded smoke run's verdicts (`dlmlab reproduce state --preset smoke`)
     assert {c["id"]: (c["verdict"], c["reason"]) for c in data["claims"]} == SMOKE_VERDICTS
     for f in data["figures"]:
@@ -144,6 +160,10 @@ def test_claims_computed_from_cells(smoke):
             assert (cl.verdict, cl.reason) == ("inconclusive", "precondition") and "reason" in cl.evidence, cl.id
 
 
+def p_lens() -> list[int]:
+    return PRESETS["smoke"].ablation_lens or PRESETS["smoke"].eval_lens
+
+
 def test_bad_presets():
     with pytest.raises(ConfigError, match="architecture"):
         dataclasses.replace(PRESETS["smoke"], archs=["rnn"]).validate()
@@ -151,6 +171,28 @@ def test_bad_presets():
         dataclasses.replace(PRESETS["smoke"], eval_lens=[60]).validate()
     with pytest.raises(ConfigError, match="preset"):
         load_study("state").run("huge", "/tmp/never")
+    with pytest.raises(ConfigError, match="not_run_budget"):
+        dataclasses.replace(PRESETS["smoke"], not_run_budget=["transformer-parity"]).validate()
+
+
+def test_cpu_preset_budget_cells_are_not_trained_and_their_claims_say_budget():
+    """issue 34: the cells the cpu budget cannot make learn are never trained, and the claims naming them report
+    those parts not_run (budget) instead of a precondition failure by construction."""
+    import importlib
+
+    state_run = importlib.import_module("dlmlab.studies.state.run")
+    p = PRESETS["cpu"]
+    keys = state_run.job_keys(p, list(p.archs) + ["mamba-noconv"])
+    for a, t in (("transformer", "parity"), ("transformer", "s3"), ("mamba", "parity"), ("mamba", "s3"),
+                 ("mamba-noconv", "parity"), ("mamba-noconv", "s3")):
+        assert not any(k[:2] == (a, t) for k in keys), (a, t)
+    assert {("transformer", "dyck", s) for s in range(3)} <= set(keys)  # Dyck seeds get the budget
+    assert {("mamba-noconv", "dyck", s) for s in range(3)} <= set(keys)
+    skipped = {k: "budget" for k in p.not_run_budget}
+    cl = {c.id: c for c in all_claims({}, {}, [], {}, skipped=skipped)}
+    for cid in ("prefix_tasks_gradual_in_transformer", "prefix_tasks_late_in_recurrent",
+                "conv1d_matters_for_prefix_not_dyck"):
+        assert (cl[cid].verdict, cl[cid].reason) == ("inconclusive", "not_run") and "budget" in cl[cid].detail, cid
 
 
 @pytest.mark.study  # a study run: outside `make test-fast`

@@ -185,8 +185,14 @@ def test_state_ablation_and_causality_verdicts():
     from dlmlab.studies.state import claims as C
 
     above = {40: True, 80: True, 120: True}
-    cell = lambda ab, by=above: _cell("lstm", "s3", [0.2, 0.5, 0.9, 1, 1], ablation=ab, train_len=40,  # noqa: E731
-                                      above_chance_by_len=by)
+    draws = list(np.random.default_rng(0).normal(0.0, 0.005, 200))  # issue 34: 200 random subspaces at every length
+
+    def cell(ab, by=above):
+        ps = {L: r["drop"] for L, r in ab["probe_subspace"].items()}
+        return _cell("lstm", "s3", [0.2, 0.5, 0.9, 1, 1], ablation=ab, train_len=40, above_chance_by_len=by,
+                     control={"value": ps[40], "draws": draws},
+                     control_ood={"value_by_len": {L: ps[L] for L in (80, 120)},
+                                  "draws_by_len": {L: draws for L in (80, 120)}})
     assert v(C.direction_ablation({("lstm", "s3"): cell(_ablation([0.5, 0.4, 0.4], [0, 0, 0]))})) == ("reproduced", None)
     assert v(C.direction_ablation({("lstm", "s3"): cell(_ablation([0.0, 0.4, 0.4], [0, 0, 0]))})) == ("contradicted", None)
     assert v(C.direction_ablation({("lstm", "s3"): cell(_ablation([0.5, 0.0, 0.0], [0, 0, 0]))})) == ("contradicted", None)

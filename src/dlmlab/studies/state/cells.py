@@ -252,6 +252,20 @@ def analyse_model(model, data: EvalData, p: StatePreset, probes_only: bool = Fal
                            - tagging_accuracy(model, xc, yc, {hook: project_out(sub)}),
                            "draws": random_subspace_drops(model, xc, yc, hook, D, k, p.control_draws,
                                                           p.seed * 100_003 + 11).tolist()}
+    # ... and at each unseen length (>= OOD_MIN_LEN) among the ablation lengths: the same control_draws random
+    # subspaces (same seed, so a draw's mean over lengths is a draw of the mean drop) on control_ood_seqs sequences
+    if p.control_draws:
+        from dlmlab.studies.state.claims_base import OOD_MIN_LEN
+
+        n_ood = p.control_ood_seqs or p.control_seqs
+        lens = [L for L in (p.ablation_lens or p.eval_lens) if L >= OOD_MIN_LEN]
+        ood = _subset(data.by_len, n_ood, lens) if lens else {}
+        if ood:
+            cell["control_ood"] = {
+                "n_seqs": int(n_ood), "value_by_len": {L: tagging_accuracy(model, x, y) - tagging_accuracy(
+                    model, x, y, {hook: project_out(sub)}) for L, (x, y) in ood.items()},
+                "draws_by_len": {L: random_subspace_drops(model, x, y, hook, D, k, p.control_draws,
+                                                          p.seed * 100_003 + 11).tolist() for L, (x, y) in ood.items()}}
     # per-layer causal profile: project out each layer's probe subspace, and a random subspace of the same
     # rank as its control (train length)
     x0, y0 = _subset(data.by_len, p.ablation_seqs)[p.train_len]

@@ -13,7 +13,7 @@ from dlmlab.report.claims import REPRODUCED, combine, contradicted, not_run
 from dlmlab.studies.state.claims_base import (  # noqa: F401  (re-exported: the study's claim vocabulary)
     ABLATION_MARGIN, BESIDE_ARCHS, CAUSAL_MARGIN, EQUIV_LEVEL, EQUIV_MARGIN, GRADUAL_MAX_SHARE, GRADUAL_MIN_GAIN,
     LATE_ARCHS, MIN_CONV_SEEDS, OOD_MIN_LEN, PREFIX, TOL, _acc, _blocks, _chance_text, _judged, _none_counted, _p,
-    _precondition_parts, _split, best_block, cells_n, early_margin, gradual_margin, gradual_row, groups_of, is_early,
+    _precondition_parts, _split, best_block, budget_only, budget_parts, cells_n, early_margin, gradual_margin, gradual_row, groups_of, is_early,
     is_late, is_learned, largest_jump_layer, late_margin, margin_verdict, profile_kinds, split_groups)
 from dlmlab.studies.state.claims_mech import (  # noqa: F401
     causal_block, conv1d, conv_drop_grid, direction_ablation, equivalence_verdict, readability_causality, split_row)
@@ -24,14 +24,17 @@ def _seeds_text(info: dict) -> str:
     return f", over seeds {info['interval_text']}" if "interval_text" in info else ""
 
 
-def late_in_recurrent(cells, seed_cells=None) -> Claim:
+def late_in_recurrent(cells, seed_cells=None, skipped=None) -> Claim:
     st = ("Prefix tasks enter late in recurrent models: for Mamba and LSTM on Parity and S3 (each must have learned "
           "its task, in most of its seeds), the largest increase of probe accuracy from one layer to the next enters "
           "the last layer (the late margin > 0; over several seeds its 95% t-interval; GRU reported beside them, not "
           "counted)")
     cid = "prefix_tasks_late_in_recurrent"
     keys = [(a, t) for a in LATE_ARCHS for t in PREFIX]
+    budget = budget_parts(skipped, [f"{a}/{t}" for a, t in keys])
     groups = groups_of(cells, seed_cells, keys)
+    if not groups and budget:
+        return budget_only(cid, st, [f"{a}/{t}" for a, t in keys if f"{a}/{t}" in skipped])
     if not groups:
         return _judged(cid, st, not_run("Mamba / LSTM not run on parity/s3"),
                        reason="Mamba / LSTM were not run on parity/s3")
@@ -52,20 +55,24 @@ def late_in_recurrent(cells, seed_cells=None) -> Claim:
     text = "; ".join(f"{k}: largest jump enters layer {r['largest_jump_enters']} of {cells_n(got[k][0])} (probe by "
                      f"layer {_p(r['probe_accuracy'])}){_seeds_text(r)}" for k, r in per.items())
     text += "; beside: " + "; ".join(f"{k}: enters layer {v['largest_jump_enters']}" for k, v in beside.items())
-    return _judged(cid, st, combine(parts + _precondition_parts(lists)), measured=text + _chance_text(lists),
-                   n_cells=len(got), n_late=sum(r["late"] for r in per.values()),
+    return _judged(cid, st, combine(parts + _precondition_parts(lists) + budget), measured=text + _chance_text(lists),
+                   n_cells=len(got), n_late=sum(r["late"] for r in per.values()), not_run_budget=[
+                       f"{a}/{t}" for a, t in keys if f"{a}/{t}" in (skipped or {})],
                    not_reproduced={k: r for k, r in per.items() if r["verdict"] != "reproduced"},
                    cells=per, beside=beside, **lists,
                    archs_missing=[a for a in LATE_ARCHS if not any(k.startswith(a + "/") for k in groups)])
 
 
-def gradual_in_transformer(cells, seed_cells=None) -> Claim:
+def gradual_in_transformer(cells, seed_cells=None, skipped=None) -> Claim:
     st = (f"In the Transformer, Parity and S3 probe accuracy builds up gradually over the blocks: gain from the "
           f"first to the last block >= {GRADUAL_MIN_GAIN} and no single block adds more than {GRADUAL_MAX_SHARE:.0%} "
           "of it (the gradual margin > 0; over several seeds its 95% t-interval; both cells must have learned their "
           "task, in most of their seeds)")
     cid = "prefix_tasks_gradual_in_transformer"
     groups = groups_of(cells, seed_cells, [("transformer", t) for t in PREFIX])
+    budget = budget_parts(skipped, [f"transformer/{t}" for t in PREFIX])
+    if not groups and budget:
+        return budget_only(cid, st, [f"transformer/{t}" for t in PREFIX if f"transformer/{t}" in skipped])
     if not groups:
         return _judged(cid, st, not_run("transformer not run on parity/s3"), reason="transformer not run on parity/s3")
     got, lists = split_groups(groups)
@@ -80,11 +87,11 @@ def gradual_in_transformer(cells, seed_cells=None) -> Claim:
         parts.append(j)
     text = "; ".join(f"{k}: gain {r['gain']:.3f}, largest block step {r['max_step']:.3f} "
                      f"(blocks {_p(r['block_probe_accuracy'])}){_seeds_text(r)}" for k, r in rows.items())
-    return _judged(cid, st, combine(parts + _precondition_parts(lists)), measured=text + _chance_text(lists),
+    return _judged(cid, st, combine(parts + _precondition_parts(lists) + budget), measured=text + _chance_text(lists),
                    cells=rows, **lists)
 
 
-def dyck_inversion(cells, seed_cells=None) -> Claim:
+def dyck_inversion(cells, seed_cells=None, skipped=None) -> Claim:
     """Both halves of the study's inversion on Dyck: early in the Transformer, gradual in the recurrent models."""
     st = ("The inversion on Dyck: Dyck depth is best read out early in the Transformer (best block <= half of its "
           "blocks) and builds up gradually in the recurrent models (Mamba and LSTM: gain >= "
@@ -95,6 +102,8 @@ def dyck_inversion(cells, seed_cells=None) -> Claim:
     need = ["transformer"] + LATE_ARCHS
     groups = groups_of(cells, seed_cells, [(a, "dyck") for a in need])
     missing = [a for a in need if f"{a}/dyck" not in groups]
+    if missing and all(f"{a}/dyck" in (skipped or {}) for a in missing):
+        return budget_only(cid, st, [f"{a}/dyck" for a in missing])
     if missing:
         return _judged(cid, st, not_run(f"{', '.join(missing)} not run on dyck"),
                        reason=f"{', '.join(missing)} not run on dyck")
@@ -125,7 +134,7 @@ def dyck_inversion(cells, seed_cells=None) -> Claim:
                    cells=rows, beside=beside, **lists)
 
 
-def s3_with_parity(cells, seed_cells=None) -> Claim:
+def s3_with_parity(cells, seed_cells=None, skipped=None) -> Claim:
     st = ("S3 groups with Parity, not Dyck: for most architectures (every one that learned S3, Parity and Dyck) the "
           "S3 layer profile has the study's descriptors (early / late / gradual, as the other claims define them) of "
           "the Parity profile, and not those of the Dyck profile (per seed; an architecture groups when most of its "
@@ -165,17 +174,25 @@ def s3_with_parity(cells, seed_cells=None) -> Claim:
                      + (f" (grouped in {sum(x['grouped'] for x in d['seeds'])} of {len(d['seeds'])} seeds)"
                         if len(d["seeds"]) > 1 else "") for a, d in per.items())
     held = len(closer) > len(per) / 2
+    budget = sorted(skipped or {})
     return _judged(cid, st, REPRODUCED if held else contradicted(
                        f"S3 groups with Parity (not Dyck) in {len(closer)} of {len(per)} architectures that learned "
                        "all three"),
-                   measured=text + _chance_text(lists), archs_grouped=closer, n_archs=len(per), profiles=per, **lists)
+                   measured=text + _chance_text(lists) + (f"; not run (budget): {', '.join(budget)}" if budget else ""),
+                   archs_grouped=closer, n_archs=len(per), profiles=per, not_run_budget=budget, **lists)
 
 
-def all_claims(cells, conv_runs=None, pretrained=None, seed_cells=None) -> list[Claim]:
-    """Every claim of the study; ``seed_cells`` {(arch, task): [cells of further seeds]} (profile claims)."""
-    return [late_in_recurrent(cells, seed_cells), gradual_in_transformer(cells, seed_cells),
-            dyck_inversion(cells, seed_cells), s3_with_parity(cells, seed_cells), direction_ablation(cells),
-            conv1d(conv_runs or {}), readability_causality(pretrained or [], cells)]
+def all_claims(cells, conv_runs=None, pretrained=None, seed_cells=None, skipped=None) -> list[Claim]:
+    """Every claim of the study; ``seed_cells`` {(arch, task): [cells of further seeds]} (profile claims);
+    ``skipped`` {"arch/task": "budget"}: cells the preset left untrained (``StatePreset.not_run_budget``)."""
+    from dlmlab.report.seeds import with_seeds
+    from dlmlab.studies.state.seeds import SEED_REFS
+
+    sk = dict(skipped or {})
+    return with_seeds([late_in_recurrent(cells, seed_cells, sk), gradual_in_transformer(cells, seed_cells, sk),
+                       dyck_inversion(cells, seed_cells, sk), s3_with_parity(cells, seed_cells, sk),
+                       direction_ablation(cells), conv1d(conv_runs or {}, skipped=sk),
+                       readability_causality(pretrained or [], cells)], SEED_REFS)
 
 
 _BY_LEN = ("acc_by_len", "acc_per_seq", "chance", "above_chance_by_len")
@@ -186,6 +203,9 @@ def int_lengths(cell: dict) -> dict:
     for name in _BY_LEN:
         if name in cell:
             cell[name] = {int(k): v for k, v in cell[name].items()}
+    if "control_ood" in cell:
+        cell["control_ood"] = {k: ({int(L): v for L, v in x.items()} if isinstance(x, dict) else x)
+                               for k, x in cell["control_ood"].items()}
     if "ablation" in cell:
         cell["ablation"] = {kind: {int(k): v for k, v in by_len.items()} for kind, by_len in cell["ablation"].items()}
     return cell
@@ -206,4 +226,5 @@ def claims_from_results(data: dict) -> list[Claim]:
     for (a, t, s), c in sorted(runs.items()):
         if a != "mamba-noconv" and "probes" in c and (a, t) in cells:
             seed_cells.setdefault((a, t), []).append(c)
-    return all_claims(cells, conv, res.get("pretrained", []), seed_cells)
+    skipped = {k: "budget" for k in res.get("not_run_budget", [])}
+    return all_claims(cells, conv, res.get("pretrained", []), seed_cells, skipped=skipped)

@@ -39,7 +39,8 @@ import math
 import numpy as np
 
 from dlmlab.report import Claim, claim
-from dlmlab.report.claims import REPRODUCED, Judgement, contradicted, interval_verdict, learned_level, precondition_failed
+from dlmlab.report.claims import (REPRODUCED, Judgement, contradicted, interval_verdict, learned_level, not_run,
+                                  precondition_failed)
 from dlmlab.report.intervals import mean_ci
 
 LATE_ARCHS = ["mamba", "lstm"]  # the study's recurrent models (its claims name these two)
@@ -237,3 +238,14 @@ def _none_counted(cid: str, st: str, lists: dict) -> Claim:
                    **lists)
 
 
+
+
+def budget_parts(skipped: dict | None, names) -> list[Judgement]:
+    """One ``not_run`` part per named cell ("arch/task") that the preset left untrained for budget (``skipped``)."""
+    return [not_run(f"{k} not run (budget)") for k in names if k in (skipped or {})]
+
+
+def budget_only(cid: str, st: str, names: list[str]) -> Claim:
+    """A claim every one of whose cells was left untrained for budget: inconclusive / not_run (budget)."""
+    why = f"{', '.join(names)} not run (budget: the preset's steps cannot make them learn)"
+    return _judged(cid, st, not_run(why), reason=why, not_run_budget=names)

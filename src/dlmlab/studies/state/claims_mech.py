@@ -10,9 +10,11 @@ from dlmlab.report import Claim
 from dlmlab.report.claims import (CONTROL_ALPHA, REPRODUCED, Judgement, combine, contradicted, interval_verdict,
                                   learned_level, not_run, precondition_failed, short_of_scale, underpowered)
 from dlmlab.report.intervals import Interval, control_test, hierarchical_ci
+from dlmlab.studies.state.seeds import SEED_REFS
 from dlmlab.studies.state.claims_base import (ABLATION_MARGIN, CAUSAL_MARGIN, EQUIV_LEVEL, EQUIV_MARGIN,
                                               MIN_CONV_SEEDS, OOD_MIN_LEN, PREFIX, TOL, _chance_text, _judged,
-                                              _none_counted, _not_learned_row, _split, best_block, is_learned)
+                                              _none_counted, _not_learned_row, _split, best_block, budget_only,
+                                              is_learned)
 
 
 # ------------------------------------------------------------------------------------------ ablation claims
@@ -20,40 +22,52 @@ def _mean_drop(by_len: dict, lens) -> float:
     return float(np.mean([by_len[L]["drop"] for L in lens]))
 
 
-def _beats(ps: float, rs: float, margin: float) -> str:
-    """'wins' (probe drop > random + margin), 'short' (above the random drop, not by the margin), 'loses'."""
-    return "wins" if ps > rs + margin else "short" if ps > rs else "loses"
-
-
 def beats_control(value: float, draws, margin: float) -> tuple[str, dict]:
     """A drop against the distribution of its random control (>= 200 draws, :func:`control_test`): 'wins' when it
-    is significant (permutation p <= 0.05) and exceeds the draws' median by > ``margin``; 'short' when it is
-    above the median otherwise (the study's way, short of its level); 'loses' at or below the median."""
+    beats the control (permutation p <= 0.05) and exceeds the draws' median by > ``margin``; 'short' when it beats
+    the control but not by the margin (the study's way, short of the claim's level); 'loses' otherwise (issue 34:
+    a value merely above the draws' median no longer counts as 'short')."""
     t = control_test(value, draws)
-    out = "wins" if t.p <= CONTROL_ALPHA and value > t.median + margin else "short" if value > t.median else "loses"
+    beats = t.p <= CONTROL_ALPHA
+    out = "wins" if beats and value > t.median + margin else "short" if beats else "loses"
     return out, t.as_dict()
 
 
 def _most(outcomes: dict, what: str) -> Judgement:
-    """Verdict of "in most cells" over {cell: 'wins' / 'short' / 'loses'}: most win -> reproduced; most at least
-    point the study's way (win or short of the margin) -> inconclusive / scale; else contradicted."""
+    """Verdict of "in most cells" over {cell: 'wins' / 'short' / 'loses' / 'no_control'}: most win -> reproduced;
+    most at least beat their control (win, or beat it short of the margin) -> inconclusive / scale; else
+    contradicted.  'no_control' (a stored run without >= 200 draws there) counts as neither."""
     n = len(outcomes)
     wins = [k for k, o in outcomes.items() if o == "wins"]
     short = [k for k, o in outcomes.items() if o == "short"]
     if len(wins) > n / 2:
         return REPRODUCED
     if len(wins) + len(short) > n / 2:
-        return short_of_scale(f"{what}: beats random by the margin in {len(wins)} of {n} cells, above random but "
-                              f"short of the margin in {len(short)} ({', '.join(short)})")
-    return contradicted(f"{what}: probe subspace beats random in {len(wins)} of {n} cells")
+        return short_of_scale(f"{what}: beats its control by the margin in {len(wins)} of {n} cells, beats it short "
+                              f"of the margin in {len(short)} ({', '.join(short)})")
+    nc = [k for k, o in outcomes.items() if o == "no_control"]
+    return contradicted(f"{what}: probe subspace beats its random control in {len(wins) + len(short)} of {n} cells"
+                        + (f" ({len(nc)} without >= 200 control draws)" if nc else ""))
+
+
+def _ood_control(c: dict, lens: list) -> tuple[float, list[float]] | None:
+    """(probe-subspace drop, [draws]) averaged over the unseen lengths ``lens`` from ``control_ood`` (the same
+    random subspaces at every length, so a draw's mean over lengths is a draw of the mean); None when absent."""
+    co = c.get("control_ood") or {}
+    vals, draws = co.get("value_by_len", {}), co.get("draws_by_len", {})
+    key = lambda L: L if L in vals else str(L)  # noqa: E731  (JSON keys are strings)
+    if not lens or any(key(L) not in vals or key(L) not in draws for L in lens):
+        return None
+    return (float(np.mean([vals[key(L)] for L in lens])),
+            np.mean([np.asarray(draws[key(L)], dtype=float) for L in lens], axis=0).tolist())
 
 
 def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int = OOD_MIN_LEN) -> Claim:
     st = (f"Projecting out the probe subspace (all class directions of the probe at the best block) drops accuracy "
           f"more than projecting out a random subspace of equal rank (by > {margin}) in most cells that learned "
-          f"their task, both at the training length (against >= 200 random subspaces: permutation p <= 0.05 and > "
-          f"{margin} above their median) and at the unseen lengths >= {ood_min_len} (mean, against one random "
-          "subspace; cells at chance there are not counted at those lengths)")
+          f"their task, both at the training length and (mean) at the unseen lengths >= {ood_min_len}, each against "
+          f">= 200 random subspaces of equal rank (permutation p <= 0.05 and > {margin} above their median; beating "
+          "them short of the margin -> scale; cells at chance at an unseen length do not count there)")
     cid = "probe_direction_ablation_drops_accuracy"
     ran = {f"{a}/{t}": c for (a, t), c in cells.items() if "ablation" in c}
     if not ran:
@@ -68,7 +82,7 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
         ood_ok = [L for L in ood if c.get("above_chance_by_len", {}).get(L, False)]
         ps, rs = ab["probe_subspace"][L0]["drop"], ab["random_subspace"][L0]["drop"]
         row = {"rank": c.get("ablation_k"), "train": {"probe_subspace": ps, "random_subspace": rs,
-                                                      "outcome": _beats(ps, rs, margin)}}
+                                                      "outcome": "no_control"}}
         if c.get("control"):  # the control's distribution (>= 200 random subspaces) decides at the training length
             ps = c["control"]["value"]
             out, test = beats_control(ps, c["control"]["draws"], margin)
@@ -77,8 +91,12 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
         row["train"]["wins"] = row["train"]["outcome"] == "wins"
         if ood_ok:
             ps, rs = _mean_drop(ab["probe_subspace"], ood_ok), _mean_drop(ab["random_subspace"], ood_ok)
-            row["unseen"] = {"lengths": ood_ok, "probe_subspace": ps, "random_subspace": rs,
-                             "outcome": _beats(ps, rs, margin)}
+            row["unseen"] = {"lengths": ood_ok, "probe_subspace": ps, "random_subspace": rs, "outcome": "no_control"}
+            oc = _ood_control(c, ood_ok)
+            if oc is not None:
+                out, test = beats_control(oc[0], oc[1], margin)
+                row["unseen"].update(probe_subspace=oc[0], random_subspace=test["control_median"], outcome=out,
+                                     control=test, n_seqs=c["control_ood"].get("n_seqs"))
             row["unseen"]["wins"] = row["unseen"]["outcome"] == "wins"
         else:
             at_chance_ood.append(k)
@@ -89,10 +107,10 @@ def direction_ablation(cells, margin: float = ABLATION_MARGIN, ood_min_len: int 
         ood_j = _most({k: r["unseen"]["outcome"] for k, r in ood_rows.items()}, f"lengths >= {ood_min_len}")
     else:
         ood_j = precondition_failed(f"no learned cell above chance at lengths >= {ood_min_len}")
-    text = "drop probe subspace / random subspace (train length; lengths >= %d): " % ood_min_len + "; ".join(
-        f"{k} {r['train']['probe_subspace']:.2f}/{r['train']['random_subspace']:.2f}"
-        + (f", {r['unseen']['probe_subspace']:.2f}/{r['unseen']['random_subspace']:.2f}" if "unseen" in r else "")
-        for k, r in per.items())
+    text = ("drop probe subspace / median of its random control (train length; lengths >= %d): " % ood_min_len
+            + "; ".join(f"{k} {r['train']['probe_subspace']:.2f}/{r['train']['random_subspace']:.2f}"
+                        + (f", {r['unseen']['probe_subspace']:.2f}/{r['unseen']['random_subspace']:.2f}"
+                           if "unseen" in r else "") for k, r in per.items()))
     return _judged(cid, st, combine([train_j, ood_j]), measured=text + _chance_text(lists), n_cells=len(per),
                    n_wins_train_len=sum(r["train"]["wins"] for r in per.values()), n_cells_unseen=len(ood_rows),
                    n_wins_unseen=sum(r["unseen"]["wins"] for r in ood_rows.values()),
@@ -211,6 +229,9 @@ def _toy_split(cells, margin: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ Conv1D
+#: the summary's Conv1D drops (accuracy with - without Conv1D; :mod:`.seeds`)
+CONV_EFFECT = SEED_REFS["conv1d_matters_for_prefix_not_dyck"].study_effect
+
 def conv_drop_grid(with_runs: list[dict], without_runs: list[dict]) -> np.ndarray:
     """Per seed and evaluation item (sequence x length): accuracy with Conv1D - without -> [S, N]."""
     rows = []
@@ -232,7 +253,7 @@ def equivalence_verdict(iv95: Interval, iv90: Interval, margin: float, what: str
     return underpowered(f"{what} 90% interval [{iv90.lo:.3g}, {iv90.hi:.3g}] (n={iv90.n}) not inside +-{margin:g}")
 
 
-def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MARGIN) -> Claim:
+def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MARGIN, skipped=None) -> Claim:
     st = (f"Removing Mamba's Conv1D costs accuracy on Parity and S3 but not on Dyck: over >= {min_seeds} seeds "
           "(Mamba with Conv1D must have learned the task in every seed, else that task is a precondition failure), "
           "the 95% t-interval across seeds of the drop "
@@ -240,7 +261,10 @@ def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MAR
           f"lies inside the equivalence margin [-{margin:g}, +{margin:g}] (two one-sided tests)")
     cid = "conv1d_matters_for_prefix_not_dyck"
     per, seeds, ivs = {}, {}, {}
+    budget = [t for t in PREFIX + ["dyck"] if f"mamba/{t}" in (skipped or {})]
     for t in PREFIX + ["dyck"]:
+        if t in budget:
+            continue
         s_with = sorted(s for v, tt, s in conv_runs if v == "mamba" and tt == t)
         s_both = [s for s in s_with if ("mamba-noconv", t, s) in conv_runs]
         seeds[t] = s_both
@@ -255,12 +279,14 @@ def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MAR
                       acc_without=[mean_acc(conv_runs[("mamba-noconv", t, s)]) for s in s_both],
                       with_learned=[is_learned(r) for r in withs],
                       not_learned={f"seed {s}": _not_learned_row(r) for s, r in zip(s_both, withs) if not is_learned(r)})
-    if len(per) < 3:
+    if len(per) + len(budget) < 3 or not per:
+        if budget and not per:
+            return budget_only(cid, st, [f"mamba/{t}" for t in budget])
         return _judged(cid, st, not_run(f"fewer than {min_seeds} seeds with and without Conv1D"),
                        reason=f"Mamba with and without Conv1D needs >= {min_seeds} seeds on parity, s3 and dyck",
                        seeds=seeds)
-    parts = []
-    for t in PREFIX + ["dyck"]:
+    parts = [not_run(f"mamba/{t} with and without Conv1D not run (budget)") for t in budget]
+    for t in [t for t in PREFIX + ["dyck"] if t in per]:
         bad = per[t]["not_learned"]
         if bad:  # the task's comparison needs a Mamba that learned it: no interval verdict without one
             parts.append(precondition_failed(f"Mamba with Conv1D did not learn {t} in {len(bad)} of "
@@ -271,11 +297,12 @@ def conv1d(conv_runs, min_seeds: int = MIN_CONV_SEEDS, margin: float = EQUIV_MAR
         elif t == "dyck":
             parts.append(equivalence_verdict(*ivs[t], margin=margin, what="dyck drop"))
         else:
-            parts.append(interval_verdict(ivs[t][0], +1, 0.0, what=f"{t} drop"))
+            parts.append(interval_verdict(ivs[t][0], +1, 0.0, what=f"{t} drop", study_effect=CONV_EFFECT[t]))
     text = "; ".join(f"{t}: drop {ivs[t][0].fmt()}, 90% [{v['lo90']:.3f}, {v['hi90']:.3f}] (accuracy with "
                      f"{np.mean(v['acc_with']):.3f}, without {np.mean(v['acc_without']):.3f}; with Conv1D learned in "
                      f"{sum(v['with_learned'])} of {len(v['with_learned'])} seeds)" for t, v in per.items())
-    return _judged(cid, st, combine(parts), measured=text, equivalence_margin=margin,
+    text += "".join(f"; {t}: not run (budget)" for t in budget)
+    return _judged(cid, st, combine(parts), measured=text, equivalence_margin=margin, not_run_budget=budget,
                    **{f"{t}_drop": v for t, v in per.items()},
                    note="compares task accuracy itself; acc_with / acc_without are the mean accuracies over lengths "
                         f"per seed; the equivalence margin {margin:g} is fixed a priori (the smallest accuracy drop "

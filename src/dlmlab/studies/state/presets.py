@@ -31,6 +31,13 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     ``profile_seeds``: training seeds of each ``profile_archs`` x ``profile_tasks`` cell (the cells the layer-profile
     claims judge; seeds >= 1 are probed only; Mamba's Conv1D seeds are reused).
     ``conv_seeds``: seeds of Mamba with and without Conv1D on each of ``conv_tasks`` (seed 0 = the main cell).
+    ``not_run_budget``: ``"arch/task"`` cells the preset does not train because its budget cannot make them learn
+    (every claim that names one reports that part ``not_run`` with "budget"); ``"mamba/TASK"`` also drops the
+    Conv1D comparison on that task.  Fixed before the claims they decide were read (docs/state.md).
+    ``profile_fixed_cap``: the profile claims' cells (every seed) train their full steps instead of stopping at
+    the first logged step that reaches the stop level (a profile is read from a model at a fixed budget).
+    ``control_ood_seqs``: sequences per unseen length (>= ``OOD_MIN_LEN``) on which the probe-subspace drop and
+    its ``control_draws`` random subspaces are measured (0 = ``control_seqs``); the same subspaces at every length.
     ``pretrain_small``: "" (off), or the name of the small-pretraining recipe ("smoke" / "cpu") that
     pretrains small GPT-NeoX and Mamba checkpoints when no ``pretrained_paths`` are given.
     ``pretrained_paths``: local Hugging Face checkpoints (Pythia / Mamba) for the
@@ -62,7 +69,10 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
     ablation_seqs: int = 0
     control_draws: int = 200  # random subspaces drawn as the control of the probe-subspace ablation (0: off)
     control_seqs: int = 16  # sequences (training length) those draws and their probe-subspace drop are measured on
+    control_ood_seqs: int = 0  # sequences per unseen length for those draws (0 = control_seqs)
     ablation_lens: list[int] = field(default_factory=list)
+    not_run_budget: list[str] = field(default_factory=list)  # "arch/task" cells not trained (budget)
+    profile_fixed_cap: bool = False  # profile cells train their full steps (no stop once learned)
     profile_seeds: int = 1  # seeds of the profile claims' cells (profile_archs x profile_tasks; further seeds: probes)
     profile_archs: list[str] = field(default_factory=lambda: ["transformer", "mamba", "lstm"])
     profile_tasks: list[str] = field(default_factory=lambda: ["parity", "s3", "dyck"])
@@ -87,6 +97,10 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
             if f"{a}/{task}" in self.steps:
                 return int(self.steps[f"{a}/{task}"])
         return int(self.steps.get(task, self.default_steps))
+
+    def skipped(self, arch: str, task: str) -> bool:
+        """Whether the preset leaves ``arch`` on ``task`` untrained for budget (``mamba-noconv`` follows Mamba)."""
+        return f"{'mamba' if arch == 'mamba-noconv' else arch}/{task}" in self.not_run_budget
 
     def lr_for(self, arch: str | None = None) -> float:
         for a in _lookup_archs(arch):
@@ -128,6 +142,10 @@ class StatePreset(Config):  # checked when built: options, finite numbers, valid
         require(not self.ablation_lens or (set(self.ablation_lens) <= set(self.eval_lens)
                                            and self.train_len in self.ablation_lens),
                 "ablation_lens must be evaluation lengths and include train_len")
+        require(self.control_ood_seqs >= 0, f"control_ood_seqs must be >= 0, got {self.control_ood_seqs}")
+        bad = sorted(k for k in self.not_run_budget if k.count("/") != 1 or k.split("/")[0] not in ALL_ARCHS
+                     or k.split("/")[1] not in ALL_TASKS)
+        require(not bad, f"not_run_budget entries must be 'arch/task' of known names, got {bad}")
         require(self.conv_seeds >= 1, f"conv_seeds must be >= 1, got {self.conv_seeds}")
         require(self.profile_seeds >= 1, f"profile_seeds must be >= 1, got {self.profile_seeds}")
         bad = sorted(set(self.profile_archs) - set(ALL_ARCHS)) + sorted(set(self.profile_tasks) - set(ALL_TASKS))
@@ -159,18 +177,36 @@ PRESETS: dict[str, StatePreset] = {
     # the SSMs.  Mamba's steps on parity / s3 / dyck are paid six times (3 seeds with and without Conv1D).
     "cpu": StatePreset(d_model=128, n_layers=4, default_steps=200, batch_size=16, lr=3e-3,
                        lr_by_arch={"transformer": 1e-3, "lstm": 1e-2, "gru": 1e-2},
-                       steps={"transformer/parity": 1000, "transformer/s3": 100, "transformer/dyck": 250,
-                              "transformer/code_depth": 200,
-                              "mamba/parity": 200, "mamba/s3": 250, "mamba/dyck": 300, "mamba/code_depth": 200,
+                       steps={"transformer/dyck": 250, "transformer/code_depth": 200,
+                              "mamba/dyck": 300, "mamba/code_depth": 200,
                               "mamba2/parity": 200, "mamba2/s3": 150, "mamba2/dyck": 150, "mamba2/code_depth": 150,
                               "lstm/parity": 300, "lstm/s3": 600, "lstm/dyck": 300, "lstm/code_depth": 500,
                               "gru/parity": 300, "gru/s3": 600, "gru/dyck": 250, "gru/code_depth": 300},
                        eval_seqs=48, ablation_seqs=32, ablation_lens=[40, 80, 100, 120], probe_seqs=96,
                        probe_samples=1200, patch_seqs=32, code_max_files=60, pretrain_small="cpu",
                        # issue 27: runs stop once learned (steps are caps; the Conv1D comparison keeps its full
-                       # steps); the recurrent profile cells get 3 seeds (Mamba's are its Conv1D seeds)
-                       until_learned=True, profile_seeds=3, profile_archs=["mamba", "lstm"]),
+                       # steps); issue 34: the profile cells (3 seeds each; Mamba's are its Conv1D seeds) train
+                       # their full steps, the cells no cpu budget makes learn are not run (budget), and the random
+                       # control is drawn 200 times at the unseen lengths too
+                       until_learned=True, profile_seeds=3, profile_archs=["transformer", "mamba", "lstm"],
+                       profile_fixed_cap=True, control_ood_seqs=6,
+                       not_run_budget=["transformer/parity", "transformer/s3", "mamba/parity", "mamba/s3"]),
     "paper": StatePreset(d_model=128, n_layers=4, default_steps=3000, batch_size=64, lr=1e-3, warmup_steps=200,
                          eval_seqs=512, probe_seqs=512, probe_samples=8000, probe_max_iter=500, patch_seqs=256,
                          patch_all_positions=True),
 }
+
+
+def first_steps(preset: StatePreset, steps: int) -> StatePreset:
+    """``preset`` (the paper preset) at its model shapes for ``steps`` optimizer steps per model, with every
+    analysis and claim but small evaluation sets: the paper path end to end in about a minute on a CPU
+    (``scripts/paper_first_steps.py``).  Model shapes, tasks, architectures, seeds and lengths trained stay."""
+    import dataclasses
+
+    return dataclasses.replace(
+        preset, default_steps=min(preset.default_steps, steps),
+        steps={k: min(int(v), steps) for k, v in preset.steps.items()},
+        warmup_steps=max(1, min(preset.warmup_steps, steps // 2)), until_learned=False, batch_size=4, check_seqs=4,
+        eval_seqs=4, probe_seqs=8, probe_samples=100, probe_max_iter=20, patch_seqs=4, control_seqs=1,
+        control_ood_seqs=1, ablation_seqs=0, ablation_lens=[preset.train_len, max(preset.eval_lens)],
+        code_max_files=12)

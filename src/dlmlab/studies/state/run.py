@@ -72,7 +72,7 @@ def job_keys(p: StatePreset, archs: list[str]) -> list[Key]:
             keys += [("mamba", t, s) for s in range(1, p.conv_seeds)]
             keys += [("mamba-noconv", t, s) for s in range(p.conv_seeds)]
     keys += [k for k in _profile_keys(p, main) if k not in keys]
-    return keys
+    return [k for k in keys if not p.skipped(k[0], k[1])]  # not_run (budget): never trained
 
 
 def _profile_keys(p: StatePreset, main: list[str]) -> list[Key]:
@@ -117,10 +117,11 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
                                        progress=progress, threads=threads)):
         runs[k] = cell
     main_archs = [a for a in archs if a != "mamba-noconv"]
-    cells = {(a, t): runs[(a, t, 0)] for t in p.tasks for a in main_archs}  # table order: task-major
+    cells = {(a, t): runs[(a, t, 0)] for t in p.tasks for a in main_archs if (a, t, 0) in runs}  # task-major
     conv_runs = {k: runs[k] for k in keys if k[0] in ("mamba", "mamba-noconv") and k[1] in p.conv_tasks}
     seed_cells = {(a, t): [runs[(a, t, s)] for s in range(1, p.profile_seeds)]
-                  for a, t, s0 in _profile_keys(p, main_archs) if s0 == 1}
+                  for a, t, s0 in _profile_keys(p, main_archs) if s0 == 1 and not p.skipped(a, t)}
+    skipped = {f"{a}/{t}": "budget" for t in p.tasks for a in main_archs if p.skipped(a, t)}
 
     pretrained, pretrained_note = run_pretrained_part(p, out, progress)
 
@@ -138,10 +139,11 @@ def _run(p: StatePreset, preset: str, out: Path, progress: bool) -> StudyResult:
         results={"cells": list(cells.values()),
                  "conv_runs": [c for k, c in conv_runs.items() if k[2] != 0 or k[0] != "mamba"],
                  "seed_runs": [c for k, c in runs.items() if k[2] > 0 and k not in conv_runs],
-                 "unavailable": missing, "pretrained": pretrained, "pretrained_note": pretrained_note,
+                 "unavailable": missing, "not_run_budget": sorted(skipped),
+                 "pretrained": pretrained, "pretrained_note": pretrained_note,
                  "jobs_cpu_s": float(sum(c.get("cpu_time_s", 0.0) for c in runs.values()))},
         tables=tables(cells, conv_runs, p, archs, main_archs, missing, pretrained, seed_cells), figures=figs,
-        claims=all_claims(cells, conv_runs, pretrained, seed_cells),
+        claims=all_claims(cells, conv_runs, pretrained, seed_cells, skipped=skipped),
         setup=setup_text(p, archs, missing, cells, pretrained_note),
     )
     res.wall_time_s = time.perf_counter() - t_start
@@ -201,8 +203,9 @@ def _cell_job(key: Key, task, data, p: StatePreset, progress: bool, out: Path, a
     if analyse is None:
         analyse = analysis_for(key, p)
     conv = p.conv_ablation and v in ("mamba", "mamba-noconv") and t in p.conv_tasks
+    profile = p.profile_fixed_cap and v in p.profile_archs and t in p.profile_tasks and s < p.profile_seeds
     cell = run_cell(v, task, data, seeded(p, s), progress=progress, analyse=analyse,
-                    until_learned=False if conv else None)
+                    until_learned=False if conv or profile else None)
     cell["cpu_time_s"] = time.process_time() - cpu0  # this job's CPU seconds (one thread): for budgeting
     if is_main_process():
         path = _cell_path(out, key)
@@ -238,7 +241,8 @@ def status(c: dict) -> str:
 
 def setup_text(p: StatePreset, archs, missing, cells, pretrained_note: str = "") -> str:
     lrs = ", ".join(f"{a} {p.lr_for(a):g}" for a in archs)
-    steps = "; ".join(f"{a}: " + ", ".join(f"{t} {p.steps_for(t, a)}" for t in p.tasks) for a in archs)
+    steps = "; ".join(f"{a}: " + ", ".join(f"{t} {'not run' if p.skipped(a, t) else p.steps_for(t, a)}"
+                                           for t in p.tasks) for a in archs)
     s = (f"Each architecture ({', '.join(archs)}) is trained with AdamW (batch {p.batch_size}, warmup "
          f"{p.warmup_steps}, {TrainConfig.schedule} decay, grad clip {TrainConfig.grad_clip}, weight decay on "
          f"matrices only, never on A_log / D / dt_bias; lr per architecture: {lrs}) to tag every "
@@ -273,6 +277,12 @@ def setup_text(p: StatePreset, archs, missing, cells, pretrained_note: str = "")
         s += f" Partial: {', '.join(by['partial'])}."
     if by["at chance"]:
         s += f" At chance: {', '.join(by['at chance'])}."
+    if p.not_run_budget:
+        s += (f" NOT RUN (budget: the preset's steps cannot make them learn, fixed before their claims were read): "
+              f"{', '.join(p.not_run_budget)}" + (" (and the Conv1D comparison there)" if any(
+                  k.startswith("mamba/") for k in p.not_run_budget) else "") + ".")
+    if p.profile_fixed_cap:
+        s += " The profile claims' cells train their full steps (no stop once learned)."
     if missing:
         s += " NOT RUN (unavailable in this build): " + "; ".join(f"{k} ({v})" for k, v in missing.items()) + "."
     if pretrained_note:
