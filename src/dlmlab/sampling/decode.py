@@ -165,6 +165,9 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
     if trace is not None and trace.hooks and den.hooked is None:
         raise UserError("trace hooks need a model with hook points (a dlmlab HookedModule)")
     interventions = check_interventions(interventions, den.hooked)
+    if interventions and kv_reuse_exactness(cfg.kv_reuse, cfg.attention, den.prompt_causal) != "exact":
+        raise UserError(f"interventions need kv_reuse='none' or an exact KV reuse; kv_reuse={cfg.kv_reuse!r} is "
+                        "approximate here (its reused keys/values would carry an intervention past its steps)")
     if canvas.dim() != 2:
         raise ValueError(f"canvas must be [batch, positions], got shape {tuple(canvas.shape)}")
     B, N = canvas.shape
@@ -209,17 +212,30 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
             if not bool(active.any()):
                 break
             n_before = len(run.acts)
-            forwarded = _step_forward(run, cfg, s, e, ve, j, step, active, fresh, reuse_ok)
+            fires = bool(run.interventions) and any(iv.fires(step) for iv in run.interventions)
+            if fires:  # every active row runs (none reuses an output), the step's outputs are not reused after it
+                forwarded, kept = _intervened_forward(run, s, ve, step, active), None
+            else:  # a traced step runs every active row (a reused row's output is kept: the decode is unchanged)
+                traced = reuse_ok and run.trace is not None and run.trace.wants(step) and bool((active & fresh).any())
+                kept = fresh.clone() if traced else None
+                forwarded = _step_forward(run, cfg, s, e, ve, j, step, active, fresh, reuse_ok and not traced)
             if forwarded is not None:
                 idx, ws, logits = forwarded
                 if blk is None:
                     blk = logits.new_zeros(B, e - s, logits.shape[-1])
-                if idx is None:
+                if idx is None and kept is None:
                     blk = logits[:, s - ws:e - ws].clone()
                     fresh[:] = True
                 else:
-                    blk[idx] = logits[:, s - ws:e - ws]
-                    fresh[idx] = True
+                    r = torch.arange(B) if idx is None else idx.cpu()
+                    part = logits[:, s - ws:e - ws]
+                    if kept is not None:
+                        new_rows = ~kept[r]
+                        r, part = r[new_rows], part[new_rows.to(part.device)]
+                    blk[r.to(blk.device)] = part
+                    fresh[r] = True
+                if fires:
+                    fresh[:] = False
             # draw and commit on the active rows
             A = active.nonzero().squeeze(1)
             all_rows = A.numel() == B
@@ -256,8 +272,26 @@ def decode(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeConfig | Non
             step += 1
             j += 1
     pbar.close()
+    _check_steps_reached(step, interventions, trace)
     return DecodeResult(tokens=x, steps=step, forwards=run.forwards, positions=run.positions, kv_reuse=cfg.kv_reuse,
                         exactness=run.exactness, trajectory=records)
+
+
+def _check_steps_reached(n_steps: int, interventions: Sequence[Intervention], trace: TraceConfig | None) -> None:
+    """Refuse, in one line, intervention or trace steps the decode never reached (they would be ignored)."""
+    for what, steps in [(f"intervention at {iv.name!r}: at_steps", iv.at_steps) for iv in interventions] + \
+            [("steps", None if trace is None else trace.steps)]:
+        past = sorted(x for x in (steps or ()) if x >= n_steps)
+        if past:
+            raise UserError(f"{what} {past} out of range: the decode took {n_steps} steps (0 to {n_steps - 1})")
+
+
+def _intervened_forward(run: _Run, s: int, ve: int, step: int, active: torch.Tensor):
+    """A step at which an intervention fires: the active rows run on the whole canvas with no reused keys or
+    values (the forward of ``kv_reuse="none"``), so the intervention acts at this step only and on every active
+    row; nothing it computes is stored for later steps (an exact cache is extended at the next step)."""
+    idx = None if bool(active.all()) else active.nonzero().squeeze(1)
+    return idx, 0, run.forward(idx, 0, run.N, s, ve, step, None, run.N)
 
 
 def _step_forward(run: _Run, cfg: DecodeConfig, s: int, e: int, ve: int, j: int, step: int,
@@ -271,7 +305,7 @@ def _step_forward(run: _Run, cfg: DecodeConfig, s: int, e: int, ve: int, j: int,
         idx = None if bool(need.all()) else need.nonzero().squeeze(1)
         return idx, 0, run.forward(idx, 0, N, s, ve, step, None, N)
     if run.exact:
-        if cfg.kv_reuse in ("prefix", "dual") and j == 0 and run.ctx_len < s:
+        if cfg.kv_reuse in ("prefix", "dual") and run.ctx_len < s:  # j == 0, or j == 1 after an intervened step
             c = run.ctx_len
             kv = SpanKV(prefix=run.ctx)
             logits = run.forward(None, c, ve, s, ve, step, kv, ve)
