@@ -28,7 +28,7 @@ from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.denoiser import Denoiser, as_denoiser
 from dlmlab.sampling.gumbel import draw, filtered_log_probs
 from dlmlab.sampling.interventions import Intervention, StepContext, check_interventions, intervening
-from dlmlab.sampling.orders import entropy, order_scores
+from dlmlab.sampling.orders import order_scores
 from dlmlab.sampling.schedules import UNMASK_SCHEDULES, ancestral_count, factor_count, threshold_count
 from dlmlab.sampling.trajectory import TOP_K, Activation, DecodeResult, StepRecord, TraceConfig
 
@@ -74,6 +74,8 @@ class _Run:
         self.use_sc = cfg.self_cond and den.uses_self_cond
         self.forwards = self.positions = 0
         self.acts: list[Activation] = []
+        # the traced hook points, resolved once (a set lookup per point at each traced step, not a glob match)
+        self.traced_points = frozenset(den.hooked.select_hooks(trace.hooks)) if trace and trace.hooks else frozenset()
 
     def new_block(self) -> None:
         """Self-conditioning starts afresh in each block (whatever the cache kind saw of it before)."""
@@ -128,7 +130,7 @@ class _Run:
                 if firing:
                     hooks.enter_context(intervening(self.den.hooked, firing,
                                                     StepContext(step, rows_t, ws, we, x, self.den.mask_id, self.P)))
-                store = hooks.enter_context(self.den.hooked.cache(self.trace.hooks)) if tracing else {}
+                store = hooks.enter_context(self.den.hooked.cache(self.traced_points.__contains__)) if tracing else {}
                 logits = call()
             self.acts.extend(Activation(step, n, rows_t, ws, v) for n, v in store.items())
         else:
@@ -340,7 +342,11 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
     conf_b = torch.full(commit.shape, float("nan"), dtype=torch.float64, device=commit.device)
     ent_b = conf_b.clone()
     conf_b[where] = logp.gather(-1, tok[:, None]).squeeze(-1).exp()
-    ent_b[where] = entropy(logp)
+    # the record's entropy and top-k in float32 (within 1e-6 of float64, at a fraction of the per-step cost);
+    # the top-k probabilities are read back from the float64 distribution the step drew from
+    lp32 = logp.float()
+    p32 = lp32.exp()
+    ent_b[where] = -(p32 * lp32.nan_to_num(neginf=0.0)).sum(-1).double()
     conf = torch.full((B, N), float("nan"), dtype=torch.float64, device=commit.device)
     ent = conf.clone()
     committed = torch.zeros(B, N, dtype=torch.bool, device=commit.device)
@@ -348,7 +354,8 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
     ent[A, s:e] = ent_b
     committed[A, s:e] = commit
     k = min(TOP_K, logp.shape[-1])
-    top_p, top_i = logp.topk(k, dim=-1)
+    top_i = p32.topk(k, dim=-1).indices
+    top_p = logp.gather(-1, top_i)
     top_ids = torch.full((B, N, k), -1, dtype=torch.long, device=commit.device)
     top_probs = torch.full((B, N, k), float("nan"), dtype=torch.float64, device=commit.device)
     cand = torch.zeros(B, N, dtype=torch.bool, device=commit.device)

@@ -109,10 +109,15 @@ class Trajectory:
             R, T = v.shape[:2]
             rows = a.rows[:, None].expand(R, T)
             pos = torch.arange(a.start, a.start + T)[None].expand(R, T)
-            keep = self._keep(rec, before, rows, pos)
-            vals = v[keep.to(v.device)].detach()
-            vals = vals.to(dtype) if dtype is not None else vals.clone()
-            e = _Entry(rows[keep].clone(), pos[keep].clone(), vals.cpu())
+            if self.cfg.positions == "all":  # one copy of the whole window
+                vals = v.detach().reshape((R * T,) + tuple(v.shape[2:]))
+                vals = vals.to(dtype) if dtype is not None and vals.dtype != dtype else vals.clone()
+                e = _Entry(rows.reshape(-1).clone(), pos.reshape(-1).clone(), vals.cpu())
+            else:
+                keep = self._keep(rec, before, rows, pos)
+                vals = v[keep.to(v.device)].detach()  # boolean indexing copies
+                vals = vals.to(dtype) if dtype is not None else vals
+                e = _Entry(rows[keep].clone(), pos[keep].clone(), vals.cpu())
             self._shapes[a.name] = tuple(v.shape[2:])
             key = (a.name, rec.step)
             if key in self._entries:  # two forwards of one step (not made by the decoder today): concatenate
