@@ -162,3 +162,23 @@ def test_lens_of_a_float64_trajectory():
     a, b = trajectory_lens(t32, m), trajectory_lens(t64, m)
     assert torch.equal(a.top_ids, b.top_ids)
     torch.testing.assert_close(a.entropy, b.entropy, equal_nan=True)
+
+
+def test_records_match_a_float64_reference_of_the_drawn_distribution():
+    # the per-step records are summed / ranked in float32 (issue 37: their cost); they stay within 1e-5 of float64
+    from dlmlab.sampling import TraceConfig
+    from dlmlab.sampling.gumbel import filtered_log_probs
+    from dlmlab.sampling.orders import entropy
+
+    m = _model()
+    cfg = DecodeConfig(steps=6)
+    res = generate(m, _prompt(), G, cfg, torch.Generator().manual_seed(2), mask_id=MASK, record=True,
+                   trace=TraceConfig(logits=True))
+    for rec in res.trajectory:
+        s, e = rec.block_span
+        logp = filtered_log_probs(rec.logits, cfg.temperature, cfg.top_p, banned=MASK)  # [B, block, V]
+        cand = ~torch.isnan(rec.entropy[:, s:e])
+        torch.testing.assert_close(rec.entropy[:, s:e][cand], entropy(logp)[cand], atol=1e-5, rtol=0)
+        top_p, top_i = logp[cand].topk(5, dim=-1)
+        assert torch.equal(rec.top_ids[:, s:e][cand], top_i)
+        torch.testing.assert_close(rec.top_probs[:, s:e][cand], top_p.exp(), atol=1e-12, rtol=0)

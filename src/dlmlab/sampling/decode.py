@@ -339,31 +339,29 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
             where, logp: torch.Tensor, tok: torch.Tensor, commit: torch.Tensor, blk, n_before: int) -> StepRecord:
     B, N = run.B, run.N
     s, e = span_
-    conf_b = torch.full(commit.shape, float("nan"), dtype=torch.float64, device=commit.device)
-    ent_b = conf_b.clone()
-    conf_b[where] = logp.gather(-1, tok[:, None]).squeeze(-1).exp()
+    dev = commit.device
+    rows_abs = A.to(dev)[where[0]]  # each candidate's row and canvas position
+    cols = where[1] + s
     # the record's entropy and top-k in float32 (within 1e-6 of float64, at a fraction of the per-step cost);
-    # the top-k probabilities are read back from the float64 distribution the step drew from
+    # the probabilities (confidence, top-k) are read from the float64 distribution the step drew from
+    k = min(TOP_K, logp.shape[-1])
     lp32 = logp.float()
     p32 = lp32.exp()
-    ent_b[where] = -(p32 * lp32.nan_to_num(neginf=0.0)).sum(-1).double()
-    conf = torch.full((B, N), float("nan"), dtype=torch.float64, device=commit.device)
-    ent = conf.clone()
-    committed = torch.zeros(B, N, dtype=torch.bool, device=commit.device)
-    conf[A, s:e] = conf_b
-    ent[A, s:e] = ent_b
-    committed[A, s:e] = commit
-    k = min(TOP_K, logp.shape[-1])
     top_i = p32.topk(k, dim=-1).indices
-    top_p = logp.gather(-1, top_i)
-    top_ids = torch.full((B, N, k), -1, dtype=torch.long, device=commit.device)
-    top_probs = torch.full((B, N, k), float("nan"), dtype=torch.float64, device=commit.device)
-    cand = torch.zeros(B, N, dtype=torch.bool, device=commit.device)
-    cand_b = torch.zeros_like(commit)
-    cand_b[where] = True
-    cand[A, s:e] = cand_b
-    top_ids[cand] = top_i
-    top_probs[cand] = top_p.exp()
+    ent_c = p32.mul_(lp32.nan_to_num_(neginf=0.0)).sum(-1).neg_()
+    conf = torch.full((B, N), float("nan"), dtype=torch.float64, device=dev)
+    ent = conf.clone()
+    conf[rows_abs, cols] = logp.gather(-1, tok[:, None]).squeeze(-1).exp()
+    ent[rows_abs, cols] = ent_c.double()
+    committed = torch.zeros(B, N, dtype=torch.bool, device=dev)
+    if all_rows:
+        committed[:, s:e] = commit
+    else:
+        committed[A, s:e] = commit
+    top_ids = torch.full((B, N, k), -1, dtype=torch.long, device=dev)
+    top_probs = torch.full((B, N, k), float("nan"), dtype=torch.float64, device=dev)
+    top_ids[rows_abs, cols] = top_i
+    top_probs[rows_abs, cols] = logp.gather(-1, top_i).exp()
     want_logits = run.trace is not None and run.trace.logits
     return StepRecord(step=step, block=bi, block_span=span_, forwarded=forwarded, tokens=run.x.clone(),
                       committed=committed, confidence=conf, entropy=ent, activations=run.acts[n_before:],

@@ -236,7 +236,7 @@ function fillLegend() {
   for (let i = 0; i <= n; i += n / 2) {
     const sp = document.createElement("span");
     sp.style.left = (100 * i / n) + "%";
-    sp.textContent = Q[Math.round(i)].toFixed(2);
+    sp.textContent = Q[Math.round(i)].toFixed(3);
     $("legend-ticks").appendChild(sp);
   }
 }
