@@ -182,3 +182,13 @@ def test_records_match_a_float64_reference_of_the_drawn_distribution():
         top_p, top_i = logp[cand].topk(5, dim=-1)
         assert torch.equal(rec.top_ids[:, s:e][cand], top_i)
         torch.testing.assert_close(rec.top_probs[:, s:e][cand], top_p.exp(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("kv", ["prefix", "dual"])
+def test_patching_under_exact_kv_reuse_equals_patching_without_it(kv):
+    m = _model()
+    canvas = torch.cat([_prompt(), torch.full((3, G), MASK)], 1)
+    got = [patch_trajectory(m, canvas, P, DecodeConfig(steps=6, block_len=4, kv_reuse=r, attention="block_causal"),
+                            names=[POINT], step=3, source_seed=7, target_seed=2, mask_id=MASK) for r in (kv, "none")]
+    _equal(got[0].patched, got[1].patched)
+    assert got[0].source.present(POINT, 3).sum() == got[1].source.present(POINT, 3).sum()

@@ -5,7 +5,9 @@ tensor, or call ``fn(act, ctx) -> act``), the global decoder steps at which it f
 every step) and the positions it touches (``positions``).  :func:`~dlmlab.sampling.decode.decode` takes a
 list of them (``interventions=``); at a step where none fires, the forward runs with no hook attached, so
 an intervention at step ``s`` changes nothing before ``s`` and a decode with no interventions is the plain
-one, bit for bit.
+one, bit for bit.  At a step where one fires, every row still decoding runs on the whole canvas with no reused
+output and no reused keys / values, and nothing computed there is reused later, so an intervention acts exactly
+at its steps under ``reuse_unchanged`` and exact KV reuse alike; with an approximate KV reuse it is refused.
 
 Positions are absolute canvas positions: ``"all"``, ``"masked"`` (mask id in the step's input),
 ``"unmasked"``, ``"prompt"``, ``"generated"`` (>= prompt length), a bool tensor [B,N], or
