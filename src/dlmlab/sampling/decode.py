@@ -348,7 +348,7 @@ def _record(run: _Run, step: int, bi: int, span_: tuple[int, int], forwarded: bo
     lp32 = logp.float()
     p32 = lp32.exp()
     top_i = p32.topk(k, dim=-1).indices
-    ent_c = p32.mul_(lp32.nan_to_num_(neginf=0.0)).sum(-1).neg_()
+    ent_c = torch.nansum(p32.mul_(lp32), -1).neg_()  # NaN only where p = 0 and log p = -inf: adds 0
     conf = torch.full((B, N), float("nan"), dtype=torch.float64, device=dev)
     ent = conf.clone()
     conf[rows_abs, cols] = logp.gather(-1, tok[:, None]).squeeze(-1).exp()
