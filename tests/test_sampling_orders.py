@@ -73,6 +73,16 @@ def test_random_order_is_seeded_and_varies():
 def test_schedules():
     assert sum(linear_schedule(10, 4)) == 10 and max(linear_schedule(10, 4)) - min(linear_schedule(10, 4)) <= 1
     assert linear_schedule(12, 4) == [3, 3, 3, 3]
+
+
+def test_linear_schedule_is_llada_get_num_transfer_tokens():
+    # LLaDA's generate.py: total // steps each, the remainder one each to the first steps (issue 37)
+    assert linear_schedule(8, 3) == [3, 3, 2]
+    for total in range(1, 40):
+        for steps in range(1, total + 1):
+            base, extra = divmod(total, steps)
+            assert linear_schedule(total, steps) == [base + (s < extra) for s in range(steps)]
+    assert linear_schedule(3, 5) == [1, 1, 1]  # LLaDA's [1, 1, 1, 0, 0] without the steps that commit nothing
     assert unmask_schedule(3, 8) == [1, 1, 1]
     g = torch.Generator().manual_seed(0)
     n = torch.tensor([5, 0, 3])

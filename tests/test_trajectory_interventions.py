@@ -53,7 +53,8 @@ def test_interventions_that_never_fire_leave_the_decode_bit_identical():
     m = _model()
     cfg = DecodeConfig(steps=6)
     plain = _run(m, cfg)
-    for ivs in ([], [Intervention(POINT, torch.ones(32), at_steps=[99])], [Intervention(POINT, torch.zeros(32))]):
+    nowhere = torch.zeros(3, P + G, dtype=torch.bool)
+    for ivs in ([], [Intervention(POINT, torch.ones(32), positions=nowhere)], [Intervention(POINT, torch.zeros(32))]):
         other = _run(m, cfg, ivs)
         assert all(_same(a, b) for a, b in zip(plain.trajectory, other.trajectory))
 

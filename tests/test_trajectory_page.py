@@ -110,3 +110,80 @@ def test_page_without_lens_says_so(decoded, tmp_path, browser):  # noqa: F811
     assert "no logit lens" in tab.locator("#lens-note").inner_text()
     assert errors == []
     tab.close()
+
+
+# -- issue 37: the colour scale, step labels, whitespace in one-line places, the lens over steps --------------
+
+def _helpers() -> str:
+    from dlmlab.sampling.trajectory_html import PAGE
+
+    start = PAGE.index("// pure helpers")
+    return PAGE[start:PAGE.index("// end of the pure helpers")]
+
+
+def test_page_helpers_in_node_keep_newlines_on_one_line_and_spread_the_colour_scale(tmp_path):
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node not found")
+    script = _helpers() + """
+const assert = require("assert");
+assert.strictEqual(inline("a\\nb"), "a\\u21b5b");                  // no raw newline left, no "\\n" text either
+assert.strictEqual(quote("\\n"), "\\u201c\\u21b5\\u201d");
+assert.strictEqual(show("\\n"), "\\u21b5\\n");                      // the canvas still breaks the line
+const Q = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 2.0, 5.0];
+assert.strictEqual(rank(0.3, Q), 0.3);
+assert.strictEqual(rank(3.5, Q), 0.95);
+assert.strictEqual(rank(-1, Q), 0); assert.strictEqual(rank(9, Q), 1);
+assert.notStrictEqual(colour(0), colour(0.5)); assert.notStrictEqual(colour(0.5), colour(1));
+console.log("ok");
+"""
+    f = tmp_path / "helpers.js"
+    f.write_text(script)
+    out = subprocess.run([node, str(f)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_page_data_has_one_entropy_scale_for_all_samples_and_decided_at(decoded):
+    traj, lens = decoded
+    data = trajectory_data(traj.records, traj.canvas, P, MASK, _text, lens)
+    ent = torch.stack([r.entropy for r in traj.records]).flatten()
+    ent = ent[torch.isfinite(ent)]
+    want = torch.quantile(ent.double(), torch.linspace(0, 1, 11, dtype=torch.float64))
+    assert data["entropy_scale"] == pytest.approx(want.tolist(), abs=1e-4)
+    assert data["lens"]["decided_at"] == [lens.decided_at(traj)[:, b].tolist() for b in range(2)]
+    page = trajectory_page(traj.records, traj.canvas, P, MASK, _text, lens=lens)
+    assert 'id="legend"' in page and "th.step{writing-mode:vertical-rl" in page and 'id="lens-steps"' in page
+
+
+def test_page_in_chromium_step_labels_legend_and_lens_over_steps(tmp_path, browser):  # noqa: F811
+    torch.manual_seed(0)
+    m = Transformer(TransformerConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, d_mlp=64, max_seq_len=64,
+                                      attn_mask="bidirectional", positions="rope")).eval()
+    traj = generate_with_cache(m, torch.tensor([[3, 0, 4, 1]]), 14, DecodeConfig(steps=14),
+                               torch.Generator().manual_seed(0), mask_id=MASK, names_filter=lens_points(m))
+    lens = trajectory_lens(traj, m)
+    page = tmp_path / "t.html"
+    page.write_text(trajectory_page(traj.records, traj.canvas, P, MASK, _text, lens=lens))
+    tab = browser.new_page(viewport={"width": 900, "height": 900})
+    errors = console_errors(tab)
+    tab.goto(page.as_uri(), wait_until="load", timeout=30_000)
+    # two-digit step labels: each label's text inside its own column, no two overlapping
+    rects = tab.eval_on_selector_all("#heat th.step", "ths => ths.map(th => { const r = document.createRange(); "
+                                     "r.selectNodeContents(th); const a = r.getBoundingClientRect(), "
+                                     "b = th.getBoundingClientRect(); return [a.left, a.right, b.left, b.right]; })")
+    assert len(rects) == 14
+    for a, b in zip(rects, rects[1:]):
+        assert a[1] <= b[0] + 0.5
+    assert all(r[0] >= r[2] - 0.5 and r[1] <= r[3] + 0.5 for r in rects)
+    assert len(tab.locator("#legend-ticks span").all_inner_texts()) == 3
+    # tooltips carry no literal "\n" text after a newline symbol
+    assert all("\u21b5\\n" not in (t or "") for t in tab.eval_on_selector_all("#heat td.cell", "c => c.map(x => x.title)"))
+    tab.locator(f'#heat td.cell[data-pos="{P + 2}"]').first.click()
+    assert tab.locator("#lens-steps tbody tr").count() == len(lens.labels)
+    dec = lens.decided_at(traj)[:, 0, P + 2].tolist()
+    assert [int(t) for t in tab.eval_on_selector_all("#lens-steps tbody tr", "rs => rs.map(r => r.cells[1].textContent)")] == dec
+    assert errors == []
+    tab.close()

@@ -37,8 +37,10 @@ def test_reader_predicts_in_raw_space_and_a_given_direction_is_calibrated():
     torch.testing.assert_close(g.predict(x), x @ g.w + g.b)
 
 
-def test_run_steering_end_to_end(tmp_path):
+def test_run_steering_end_to_end(tmp_path, capsys):
     res = run_steering(_model(), MASK, _tokens(), t_range=(0.1, 0.5), n_random=MIN_RANDOM, n_prompts=3, seed=0)
+    err = capsys.readouterr().err  # a progress bar over its 3 + n_random decodes, on by default
+    assert "steering decodes" in err and f"{3 + MIN_RANDOM}/{3 + MIN_RANDOM}" in err
     assert len(res.random) == MIN_RANDOM and res.prompt_len == T - 6
     S = len(res.actual)
     assert S >= 1 and len(res.predicted) == S and res.actual[0] == [0.5] * 3  # decoding starts at t_max

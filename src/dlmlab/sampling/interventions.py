@@ -5,7 +5,9 @@ tensor, or call ``fn(act, ctx) -> act``), the global decoder steps at which it f
 every step) and the positions it touches (``positions``).  :func:`~dlmlab.sampling.decode.decode` takes a
 list of them (``interventions=``); at a step where none fires, the forward runs with no hook attached, so
 an intervention at step ``s`` changes nothing before ``s`` and a decode with no interventions is the plain
-one, bit for bit.
+one, bit for bit.  At a step where one fires, every row still decoding runs on the whole canvas with no reused
+output and no reused keys / values, and nothing computed there is reused later, so an intervention acts exactly
+at its steps under ``reuse_unchanged`` and exact KV reuse alike; with an approximate KV reuse it is refused.
 
 Positions are absolute canvas positions: ``"all"``, ``"masked"`` (mask id in the step's input),
 ``"unmasked"``, ``"prompt"``, ``"generated"`` (>= prompt length), a bool tensor [B,N], or
@@ -34,6 +36,18 @@ def position_axis(name: str) -> int:
     """The axis of hook point ``name``'s activation that runs over positions (the query axis of attention
     patterns / scores [B,H,Tq,Tk]; axis 1 of everything else, [B,T,...])."""
     return 2 if name.endswith((".attn.pattern", ".attn.scores", ".attn.attn_scores")) else 1
+
+
+def step_list(steps, what: str) -> list[int]:
+    """``steps`` as a list of ints, or a one-line :class:`UserError` naming ``what``."""
+    if isinstance(steps, (str, bytes)) or not hasattr(steps, "__iter__"):
+        raise UserError(f"{what} must be a list of step numbers (integers >= 0), got {steps!r}")
+    out = []
+    for s in steps:
+        if isinstance(s, bool) or not isinstance(s, (int, torch.Tensor)) and not hasattr(s, "__index__"):
+            raise UserError(f"{what} must be integers >= 0, got {s!r} in {list(steps)!r}")
+        out.append(int(s))
+    return out
 
 
 @dataclass
@@ -99,7 +113,7 @@ class Intervention:
             raise UserError(f"positions must be one of {POSITION_KINDS}, a bool tensor [B,N] or fn(ctx); "
                             f"got {self.positions!r}")
         if self.at_steps is not None:
-            steps = [int(s) for s in self.at_steps]
+            steps = step_list(self.at_steps, "at_steps")
             if any(s < 0 for s in steps):
                 raise UserError(f"at_steps must be >= 0, got {steps}")
             self.at_steps = frozenset(steps)
@@ -120,12 +134,27 @@ class Intervention:
             v = value.to(device=act.device, dtype=act.dtype)
             if v.dim() == act.dim():  # an absolute tensor in the activation's layout, over the whole canvas
                 v = ctx.window(v.movedim(ax, 1) if ax != 1 else v)
+            _check_fits(v, moved, hp.name, ctx)
             shape = (sel.shape[0], sel.shape[1]) + (1,) * (moved.dim() - 2)
             m = sel.reshape(shape)
             out = moved + m * v if self.mode == "add" else torch.where(m, v.expand_as(moved), moved)
             return out.movedim(1, ax) if ax != 1 else out
 
         return apply
+
+
+def _check_fits(v: torch.Tensor, moved: torch.Tensor, name: str, ctx: StepContext) -> None:
+    """Refuse, naming the hook point, a value that neither broadcasts over one position's activation nor covers
+    the forward's rows and window ([R, T, ...] after taking them from a whole-canvas tensor)."""
+    feat = tuple(moved.shape[2:])
+    if v.dim() == moved.dim():
+        ok = tuple(v.shape) == tuple(moved.shape)
+    else:
+        ok = v.dim() <= len(feat) and all(a in (1, b) for a, b in zip(reversed(v.shape), reversed(feat)))
+    if not ok:
+        raise UserError(f"intervention at {name!r}: value of shape {tuple(v.shape)} fits neither one position's "
+                        f"activation {list(feat)} nor the whole canvas (rows x positions {list(moved.shape[:2])} "
+                        f"of this forward at step {ctx.step})")
 
 
 def check_interventions(interventions: Sequence[Intervention] | None, hooked) -> tuple[Intervention, ...]:

@@ -73,9 +73,11 @@ def trajectory_lens(traj, model, k: int = 5) -> TrajectoryLens:
     missing = [n for n in names if n not in traj.names]
     if missing:
         raise UserError(f"the trajectory did not cache {missing[0]!r}: cache names_filter=lens_points(model)")
+    param = next(iter(hooked.parameters()), None)
+    dtype = param.dtype if param is not None else torch.float32  # a trajectory cached in another dtype is read in it
     ents, ids, probs, labels = [], [], [], []
     for s in traj.steps_cached:
-        store = {n: traj[n, s] for n in names}
+        store = {n: traj[n, s].to(dtype) for n in names}
         lens = ActivationCache(store, hooked, step=s).logit_lens()
         logits = lens.logits.float()  # [D, B, N, V]
         labels = lens.labels

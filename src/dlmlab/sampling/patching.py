@@ -4,7 +4,9 @@
 ``s``, decode the *target* B (the same or another canvas, another seed) once as it is and once with A's
 activations at step ``s`` written into B's forward at step ``s`` (at the chosen positions where A computed
 them), and say what changed in what B committed.  Steps before ``s`` are untouched by construction (the
-intervention fires only at ``s``), so the patched target equals the plain one up to step ``s``.
+intervention fires only at ``s``), so the patched target equals the plain one up to step ``s``.  A traced step
+holds every row still decoding and an intervened step runs them all, so patching is exact under
+``reuse_unchanged`` and exact KV reuse too (approximate KV reuse is refused).
 """
 
 from __future__ import annotations
@@ -78,8 +80,11 @@ def patch_trajectory(model, canvas: torch.Tensor, prompt_len: int, cfg: DecodeCo
         for n in names:
             if n not in den.hooked.hook_points:
                 raise UserError(f"patch names must be exact hook point names; {n!r} is not one")
+    # a no-op intervention at the step makes A's forward there run every row still decoding on the whole canvas
+    # (no reused output, keys or values), as B's patched forward does: A's activations cover every position
+    whole = [Intervention(names[0], lambda act, ctx: act, mode="fn", at_steps=[step])] if names else None
     A = run_sampler_with_cache(den, src, prompt_len, cfg, torch.Generator().manual_seed(source_seed),
-                               names_filter=names, steps=[step])
+                               names_filter=names, steps=[step], interventions=whole)
     if step >= A.n_steps:
         raise UserError(f"step {step} out of range: the source decode took {A.n_steps} steps")
     target = decode(den, canvas, prompt_len, cfg, torch.Generator().manual_seed(target_seed), record=True)

@@ -1,7 +1,7 @@
 """How many positions a denoising step commits.
 
 Count schedules fix the number per step in advance (``cosine``: MaskGIT's, few first, accelerating;
-``linear``: equal shares, the linear noise schedule's :meth:`~dlmlab.objectives.schedule.NoiseSchedule.clean_share`);
+``linear``: equal shares, LLaDA's rule, remainder first);
 ``ancestral`` draws it (MDLM: with time running from 1 to 0 in ``S`` equal steps, each masked position is
 revealed at step ``j`` with the noise schedule's
 :meth:`~dlmlab.objectives.schedule.NoiseSchedule.reveal_prob`, ``1 / (S - j)`` for the linear one, so a
@@ -45,8 +45,14 @@ def unmask_schedule(gen_len: int, steps: int) -> list[int]:
 
 
 def linear_schedule(total: int, steps: int) -> list[int]:
-    """Equal shares per step (LLaDA's rule; the linear noise schedule); ``min(steps, total)`` entries summing to ``total``."""
-    return _counts(total, steps, LinearSchedule().clean_share)
+    """Equal shares per step, the remainder one each to the first steps: LLaDA's ``get_num_transfer_tokens``
+    (``linear_schedule(8, 3) == [3, 3, 2]``), the linear noise schedule's equal expected shares rounded; with
+    ``steps > total`` LLaDA's rule ends in steps of 0, this one stops after ``total`` steps of 1 (the same
+    commits, fewer forwards).  ``min(steps, total)`` entries summing to ``total``."""
+    _counts(total, steps, lambda u: u)  # the same one-line errors
+    S = min(steps, total)
+    base, extra = divmod(total, S)
+    return [base + 1 if s < extra else base for s in range(S)]
 
 
 # Count (unmasking) schedules by name: tokens committed per step.  Not the noise schedules of

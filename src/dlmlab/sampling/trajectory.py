@@ -49,9 +49,11 @@ class Activation:
 @dataclass
 class StepRecord:
     """One denoising step.  Shapes: tokens, committed, confidence, entropy [B,N] (N: prompt + generated);
-    confidence / entropy are NaN where the position was not a candidate this step; logits [B, block, V].
+    confidence / entropy are NaN where the position was not a candidate this step (entropy is summed in float32:
+    within about 1e-6 nats of float64, at a fraction of the per-step cost); logits [B, block, V].
     top_ids / top_probs [B,N,k] (k = :data:`TOP_K`, or the vocabulary if smaller): the ``k`` most likely tokens
-    of the distribution the step drew from at each candidate position, best first (-1 / NaN elsewhere).
+    of the distribution the step drew from at each candidate position, best first (-1 / NaN elsewhere; ranked
+    in float32, probabilities read from the float64 distribution).
 
     kv_reuse / exact: the decoder's KV-reuse kind (``none``, ``prompt``, ``prefix``, ``dual``) and whether it is
     exact for this model and attention (:func:`~dlmlab.sampling.kv_reuse.kv_reuse_exactness`), so that a step

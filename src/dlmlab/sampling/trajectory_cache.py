@@ -28,6 +28,7 @@ attention mask); with an approximate one it is what the approximate forward comp
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -39,7 +40,7 @@ from dlmlab.errors import UserError
 from dlmlab.sampling.config import DecodeConfig
 from dlmlab.sampling.decode import decode, prompt_canvas
 from dlmlab.sampling.denoiser import as_denoiser
-from dlmlab.sampling.interventions import Intervention, position_axis
+from dlmlab.sampling.interventions import Intervention, position_axis, step_list
 from dlmlab.sampling.trajectory import DecodeResult, StepRecord, TraceConfig
 
 CACHE_POSITIONS = ("all", "masked", "committed", "generated")
@@ -108,10 +109,15 @@ class Trajectory:
             R, T = v.shape[:2]
             rows = a.rows[:, None].expand(R, T)
             pos = torch.arange(a.start, a.start + T)[None].expand(R, T)
-            keep = self._keep(rec, before, rows, pos)
-            vals = v[keep.to(v.device)].detach()
-            vals = vals.to(dtype) if dtype is not None else vals.clone()
-            e = _Entry(rows[keep].clone(), pos[keep].clone(), vals.cpu())
+            if self.cfg.positions == "all":  # one copy of the whole window
+                vals = v.detach().reshape((R * T,) + tuple(v.shape[2:]))
+                vals = vals.to(dtype) if dtype is not None and vals.dtype != dtype else vals.clone()
+                e = _Entry(rows.reshape(-1).clone(), pos.reshape(-1).clone(), vals.cpu())
+            else:
+                keep = self._keep(rec, before, rows, pos)
+                vals = v[keep.to(v.device)].detach()  # boolean indexing copies
+                vals = vals.to(dtype) if dtype is not None else vals
+                e = _Entry(rows[keep].clone(), pos[keep].clone(), vals.cpu())
             self._shapes[a.name] = tuple(v.shape[2:])
             key = (a.name, rec.step)
             if key in self._entries:  # two forwards of one step (not made by the decoder today): concatenate
@@ -142,7 +148,10 @@ class Trajectory:
             e = self._entries[(n, step)]
             out.update({f"{n}/rows": e.rows.contiguous(), f"{n}/pos": e.pos.contiguous(),
                         f"{n}/values": e.values.contiguous()})
-        save_file(out, str(f))
+        try:
+            save_file(out, str(f))
+        except Exception as err:  # a disk that filled up or turned read-only during the decode
+            raise UserError(f"spill_dir {str(d)!r}: cannot write {f.name} ({type(err).__name__}: {err})") from None
         for n in names:
             self._entries[(n, step)] = _Entry(None, None, None, f)
 
@@ -270,6 +279,24 @@ class Trajectory:
                 f"positions={self.cfg.positions!r}, {'exact' if self.result and self.exact else 'approximate'})")
 
 
+def check_spill_dir(d: Path) -> None:
+    """Refuse, before any step runs, a ``spill_dir`` that is a file, holds files already (another trajectory's
+    steps would be overwritten and read back as this one's) or cannot be written."""
+    if d.exists() and not d.is_dir():
+        raise UserError(f"spill_dir {str(d)!r} is a file, not a folder")
+    if d.is_dir() and any(d.iterdir()):
+        raise UserError(f"spill_dir {str(d)!r} is not empty: give each trajectory its own (empty or new) folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".write_probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"spill_dir {str(d)!r} cannot be written ({type(err).__name__}: {err.strerror})") from None
+    if not os.access(d, os.W_OK):
+        raise UserError(f"spill_dir {str(d)!r} cannot be written (no write permission)")
+
+
 def _float(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float32
 
@@ -293,8 +320,10 @@ def run_sampler_with_cache(model, canvas: torch.Tensor, prompt_len: int, cfg: De
     if den.hooked is None:
         raise UserError("a trajectory cache needs a model with hook points (a dlmlab HookedModule)")
     names = [names_filter] if isinstance(names_filter, str) else list(names_filter)
-    cc = TrajectoryCacheConfig(names=names, steps=None if steps is None else [int(s) for s in steps], positions=positions,
-                     dtype=dtype, spill_dir=None if spill_dir is None else str(spill_dir))
+    cc = TrajectoryCacheConfig(names=names, steps=None if steps is None else step_list(steps, "steps"),
+                               positions=positions, dtype=dtype, spill_dir=None if spill_dir is None else str(spill_dir))
+    if cc.spill_dir is not None:
+        check_spill_dir(Path(cc.spill_dir))
     resolved = list(den.hooked.select_hooks(names))  # an unknown name raises here, naming the closest
     traj = Trajectory(canvas, prompt_len, den.mask_id, den.shift, cc, resolved)
 

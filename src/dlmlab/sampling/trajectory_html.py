@@ -26,6 +26,7 @@ import torch
 from dlmlab.sampling.trajectory import StepRecord
 
 PLACEHOLDER = "[M]"
+SCALE_STEPS = 10  # the entropy colour scale's quantile steps
 
 
 def _finite(x: float) -> float | None:
@@ -72,17 +73,43 @@ def trajectory_data(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_
         samples.append({"canvas": start, "steps": steps})
     lens_data = None
     if lens is not None:
+        decided = lens.decided_at(_Replay(records, canvas, mask_id))  # [D, B, N]
         k = min(lens_k, lens.top_ids.shape[-1])
         ids.update(int(i) for i in lens.top_ids[..., :k].unique().tolist() if i >= 0)
         lens_data = {"labels": list(lens.labels), "samples": [
             {str(st): [[[[int(i), _finite(float(q))] for i, q in zip(lens.top_ids[si, d, b, p, :k].tolist(),
                                                                       lens.top_probs[si, d, b, p, :k].tolist()) if i >= 0]
                          for p in range(N)] for d in range(len(lens.labels))]
-             for si, st in enumerate(lens.steps)} for b in range(B)]}
+             for si, st in enumerate(lens.steps)} for b in range(B)],
+            "decided_at": [decided[:, b].tolist() for b in range(B)]}
     kv_reuse = next((r.kv_reuse for r in records if r.kv_reuse is not None), None)
     exact = next((r.exact for r in records if r.exact is not None), None)
     return {"prompt_len": prompt_len, "placeholder": PLACEHOLDER, "kv_reuse": kv_reuse, "exact": exact,
-            "tokens": {str(i): token_text(i) for i in sorted(ids)}, "samples": samples, "lens": lens_data}
+            "tokens": {str(i): token_text(i) for i in sorted(ids)}, "samples": samples, "lens": lens_data,
+            "entropy_scale": entropy_scale(records)}
+
+
+def entropy_scale(records: Sequence[StepRecord], n: int = SCALE_STEPS) -> list[float]:
+    """The heat map's colour scale: the ``n + 1`` quantiles (0, 1/n, ..., 1) of every candidate's entropy (nats)
+    over all samples and steps, so colours compare across samples and spread evenly over the cells ([] if none)."""
+    ent = torch.cat([r.entropy.flatten().double().cpu() for r in records]) if records else torch.zeros(0)
+    ent = ent[torch.isfinite(ent)]
+    if ent.numel() == 0:
+        return []
+    return [round(float(q), 4) for q in torch.quantile(ent, torch.linspace(0, 1, n + 1, dtype=torch.float64))]
+
+
+class _Replay:
+    """What :meth:`~dlmlab.sampling.lens.TrajectoryLens.decided_at` reads of a trajectory, from its records."""
+
+    def __init__(self, records: Sequence[StepRecord], canvas: torch.Tensor, mask_id: int) -> None:
+        self._by_step = {r.step: r for r in records}
+        self.canvas, self.mask_id = canvas.cpu(), mask_id
+        self.tokens = records[-1].tokens.cpu() if records else self.canvas
+
+    def masked(self, step: int) -> torch.Tensor:
+        before = self.canvas if step == 0 else self._by_step[step - 1].tokens.cpu()
+        return before == self.mask_id
 
 
 def trajectory_page(records: Sequence[StepRecord], canvas: torch.Tensor, prompt_len: int, mask_id: int,
@@ -126,6 +153,12 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.15em .5em;te
 #heat th.cur,#heat td.cur{box-shadow:inset 0 0 0 1px #05a}
 #heat th{position:sticky;top:0;background:#fff;font-weight:normal;color:#666}
 #heat th.pos{position:sticky;left:0;text-align:right;padding-right:.4em}
+#heat th.step{writing-mode:vertical-rl;transform:rotate(180deg);padding:.2em 0;line-height:1.2em;text-align:left}
+#legend{display:flex;align-items:center;gap:.5em;margin:.4em 0;font-size:.85em;color:#555}
+#legend-bar{position:relative;width:22em;height:1em;border:1px solid #ccc}
+#legend-ticks{position:relative;width:22em;height:1.2em;font-family:ui-monospace,monospace;font-size:.85em}
+#legend-ticks span{position:absolute;transform:translateX(-50%)}
+#lens-steps td.decided{outline:2px solid #c60;outline-offset:-2px}
 #lens td,#lens th{font-family:ui-monospace,monospace;font-size:.9em}
 </style></head><body>
 <h1>__TITLE__</h1>
@@ -147,13 +180,19 @@ __PH__: still masked; <span class="ws">&#9251;</span> a space, <span class="ws">
 <h2>Committed at this step</h2>
 <table id="commits"><thead><tr><th>position</th><th>token</th><th>confidence</th></tr></thead><tbody></tbody></table>
 <h2>Entropy: positions &times; steps</h2>
-<p class="note">one row per position, one column per step of this sample; darker: higher entropy of the
-candidates (nats); outlined: committed at that step; blank: not a candidate.  Hover a cell for the step's
-top alternatives there; click it to go to that step and choose that position.</p>
+<p class="note">one row per position, one column per step of this sample (decoder step numbers on top);
+colour: the candidates' entropy (nats), on one scale for every sample of the page, by its rank among all the
+page's candidate cells (the legend gives the entropy at every tenth); outlined: committed at that step;
+blank: not a candidate.  Hover a cell for the step's top alternatives there; click it to go to that step and
+choose that position.</p>
+<div id="legend"><span>entropy (nats)</span><div><div id="legend-bar"></div><div id="legend-ticks"></div></div></div>
 <div id="heat-wrap"><table id="heat"></table></div>
 <h2>Logit lens at the chosen position</h2>
 <p class="note" id="lens-note"></p>
 <table id="lens"><thead></thead><tbody></tbody></table>
+<h3>The chosen position's lens over the steps</h3>
+<p class="note" id="lens-steps-note"></p>
+<table id="lens-steps"><thead></thead><tbody></tbody></table>
 <h2>Steps</h2>
 <ol id="steps" start="0"></ol>
 <script type="application/json" id="data">__DATA__</script>
@@ -163,23 +202,51 @@ const D = JSON.parse(document.getElementById("data").textContent);
 const $ = (id) => document.getElementById(id);
 let cur = 0, k = 0, chosen = -1;
 const tokText = (t) => (t < 0 ? D.placeholder : (D.tokens[String(t)] ?? "<" + t + ">"));
+// pure helpers (tests/test_trajectory_page.py runs this part in node)
 const WS = {" ": "\\u2423", "\\t": "\\u21e5", "\\n": "\\u21b5\\n", "\\r": "\\u240d"};
 const show = (s) => s.replace(/[ \\t\\n\\r]/g, (c) => WS[c]);
+const inline = (s) => show(s).replace(/\\n/g, "");  // one line: tooltips, tables, the lens
 const isWs = (s) => s.length > 0 && /^[ \\t\\n\\r]+$/.test(s);
 const fmt = (x) => (x === null || x === undefined ? "n/a" : x.toFixed(3));
-const alts = (a) => a.map(([t, p]) => JSON.stringify(show(tokText(t))) + " " + fmt(p)).join(", ");
+const quote = (s) => "\\u201c" + inline(s) + "\\u201d";
+const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+function rank(h, Q) {  // entropy -> [0, 1]: its place among the scale's quantiles Q (piecewise linear)
+  if (!Q.length) return 0;
+  if (h <= Q[0]) return 0;
+  for (let i = 1; i < Q.length; i++) if (h <= Q[i]) {
+    const w = Q[i] - Q[i - 1];
+    return (i - 1 + (w > 0 ? (h - Q[i - 1]) / w : 1)) / (Q.length - 1);
+  }
+  return 1;
+}
+function colour(u) {  // [0, 1] -> viridis, low entropy dark
+  const x = Math.max(0, Math.min(1, u)) * (VIRIDIS.length - 1), i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+  const f = x - i, a = VIRIDIS[i], b = VIRIDIS[i + 1];
+  return "rgb(" + a.map((v, j) => Math.round(v + f * (b[j] - v))).join(",") + ")";
+}
+// end of the pure helpers
+const alts = (a) => a.map(([t, p]) => quote(tokText(t)) + " " + fmt(p)).join(", ");
 function sample() { return D.samples[cur]; }
-function maxEntropy() {
-  let m = 0;
-  for (const st of sample().steps) for (const h of (st.entropy || [])) if (h !== null && h > m) m = h;
-  return m || 1;
+function fillLegend() {
+  const Q = D.entropy_scale || [], n = Q.length - 1;
+  $("legend-bar").style.background = "linear-gradient(to right," +
+    [0, 0.25, 0.5, 0.75, 1].map((u) => colour(u) + " " + (100 * u) + "%").join(",") + ")";
+  $("legend-ticks").replaceChildren();
+  if (n < 1) return;
+  for (let i = 0; i <= n; i += n / 2) {
+    const sp = document.createElement("span");
+    sp.style.left = (100 * i / n) + "%";
+    sp.textContent = Q[Math.round(i)].toFixed(3);
+    $("legend-ticks").appendChild(sp);
+  }
 }
 function fillHeat() {
-  const S = sample(), tab = $("heat"), N = S.canvas.length, m = maxEntropy();
+  const S = sample(), tab = $("heat"), N = S.canvas.length, Q = D.entropy_scale || [];
   tab.replaceChildren();
   const head = tab.insertRow();
   const corner = document.createElement("th"); corner.className = "pos"; corner.textContent = "pos"; head.appendChild(corner);
   S.steps.forEach((st, j) => { const th = document.createElement("th"); th.textContent = String(st.step);
+    th.className = "step"; th.title = "decoder step " + st.step;
     th.dataset.col = String(j); head.appendChild(th); });
   for (let p = 0; p < N; p++) {
     const tr = tab.insertRow();
@@ -191,11 +258,10 @@ function fillHeat() {
       const c = st.commits.find((x) => x[0] === p);
       if (h !== null && h !== undefined) {
         td.className = "cell" + (c ? " commit" : "");
-        const v = Math.min(1, h / m);
-        td.style.background = "rgba(40,60,160," + (0.08 + 0.85 * v).toFixed(3) + ")";
+        td.style.background = colour(rank(h, Q));
         const a = st.top && st.top[String(p)] ? alts(st.top[String(p)]) : "";
         td.title = "position " + p + ", decoder step " + st.step + ", entropy " + fmt(h) +
-          (c ? ", committed " + JSON.stringify(show(tokText(c[1]))) : "") + (a ? "\\ntop: " + a : "");
+          (c ? ", committed " + quote(tokText(c[1])) : "") + (a ? "\\ntop: " + a : "");
         td.addEventListener("click", () => { k = j; chosen = p; render(); });
       }
     });
@@ -217,6 +283,36 @@ function renderLens() {
     tr.insertCell().textContent = lab;
     const a = L[d][chosen];
     tr.insertCell().textContent = a.length ? alts(a) : "not computed at this step";
+  });
+}
+function renderLensSteps() {
+  const note = $("lens-steps-note"), head = $("lens-steps").tHead, body = $("lens-steps").tBodies[0];
+  head.replaceChildren(); body.replaceChildren();
+  if (!D.lens || chosen < 0) { note.textContent = ""; return; }
+  const S = sample();
+  const done = S.steps.find((st) => st.commits.some((c) => c[0] === chosen));
+  const last = done ? done.step : Infinity;  // masked at the input of the steps up to its commit
+  const steps = Object.keys(D.lens.samples[cur]).map(Number).filter((s) => s <= last).sort((a, b) => a - b);
+  if (S.canvas[chosen] >= 0 || !steps.length) {
+    note.textContent = "position " + chosen + " was never masked at a cached step"; return;
+  }
+  const dec = D.lens.decided_at[cur];
+  note.textContent = "position " + chosen + ": top-1 token (probability) at each depth and each cached decoder step " +
+    "while it was masked" + (done ? " (committed at step " + done.step + ")" : "") +
+    "; decided at: the first step whose top-1 is the final token (outlined), -1 never";
+  const hr = head.insertRow();
+  for (const t of ["depth", "decided at", ...steps.map((s) => "step " + s)]) {
+    const th = document.createElement("th"); th.textContent = t; hr.appendChild(th);
+  }
+  D.lens.labels.forEach((lab, d) => {
+    const tr = body.insertRow();
+    tr.insertCell().textContent = lab;
+    tr.insertCell().textContent = String(dec[d][chosen]);
+    for (const s of steps) {
+      const a = D.lens.samples[cur][String(s)][d][chosen], td = tr.insertCell();
+      td.textContent = a.length ? quote(tokText(a[0][0])) + " " + fmt(a[0][1]) : "n/a";
+      if (s === dec[d][chosen]) td.className = "decided";
+    }
   });
 }
 function render() {
@@ -259,7 +355,7 @@ function render() {
     const tr = body.insertRow();
     tr.dataset.pos = String(p);
     tr.insertCell().textContent = String(p);
-    tr.insertCell().textContent = show(tokText(t));
+    tr.insertCell().textContent = inline(tokText(t));
     tr.insertCell().textContent = fmt(c);
   }
   const ol = $("steps");
@@ -267,6 +363,7 @@ function render() {
   for (const el of $("heat").querySelectorAll(".cur")) el.classList.remove("cur");
   for (const el of $("heat").querySelectorAll('[data-col="' + k + '"]')) el.classList.add("cur");
   renderLens();
+  renderLensSteps();
 }
 function fillSteps() {
   const ol = $("steps");
@@ -289,6 +386,7 @@ $("sample").addEventListener("change", (e) => { cur = Number(e.target.value); k 
 $("slider").addEventListener("input", (e) => { k = Number(e.target.value); render(); });
 $("prev").addEventListener("click", () => { k -= 1; render(); });
 $("next").addEventListener("click", () => { k += 1; render(); });
+fillLegend();
 fillSteps();
 fillHeat();
 render();

@@ -168,7 +168,7 @@ class SteeringResult:
 @torch.no_grad()
 def run_steering(model, mask_id: int, tokens: torch.Tensor, *, t_range: tuple[float, float] = (0.0, 1.0),
                  point: str = "blocks.0.resid_post", direction=None, n_random: int = MIN_RANDOM, n_prompts: int = 16,
-                 threshold: float = 0.9, seed: int = 0, progress: bool = False) -> SteeringResult:
+                 threshold: float = 0.9, seed: int = 0, progress: bool = True) -> SteeringResult:
     """Read and steer the mask-rate direction during threshold decoding of ``model`` (a trained masked-diffusion
     Transformer with hook points; ``mask_id``).  ``tokens`` [M, T]: held-out clean sequences (M >= n_prompts + 8):
     the last ``n_prompts`` rows give the prompts, the others fit the reader (``direction`` given: calibrate it).
@@ -202,18 +202,23 @@ def run_steering(model, mask_id: int, tokens: torch.Tensor, *, t_range: tuple[fl
     alpha = float((t_range[1] - t_range[0]) / reader.w.norm())
     d = reader.direction.float() * alpha
 
+    pbar = bar(total=3 + n_random, desc="steering decodes (plain, +, -, random)", unit="decode",
+               disable=not progress)
+
     def run(vec: torch.Tensor | None) -> dict:
         ivs = None if vec is None else [Intervention(point, vec, mode="add")]
         res = decode(model, canvas, P, cfg, torch.Generator().manual_seed(seed), mask_id=mask_id, record=True,
                      interventions=ivs)
+        pbar.update(1)
         return decode_stats(res)
 
     base, add, remove = run(None), run(d), run(-d)
     gen = torch.Generator().manual_seed(seed + 1)
     rand = []
-    for _ in bar(range(n_random), desc="random directions", disable=not progress):
+    for _ in range(n_random):
         r = torch.randn(d.shape[0], generator=gen)
         rand.append(run(r / r.norm() * alpha))
+    pbar.close()
     model.train(was)
     nan = float("nan")
     return SteeringResult(point, reader.r2, alpha, threshold, n_prompts, P,
