@@ -253,7 +253,8 @@ def test_real_data_pipeline(dataset):
 
 def _fake_real(mdm: list[float], arm: list[float]) -> dict:
     runs = [{"kind": k, "positions": "rope", "seed": s, "reverse_acc": v, "reverse_acc_per_token": v,
-             "forward_acc": 1.0, "reverse_distinct_argmax": 3}
+             "forward_acc": 1.0, "forward_train_acc_per_token": 1.0, "reverse_distinct_argmax": 3,
+             "forward_train_distinct_argmax_per_token": 10}
             for k, vals in (("mdm", mdm), ("arm", arm)) for s, v in enumerate(vals)]
     return {"runs": runs, "seeds": list(range(len(mdm))), "chance": 0.1}
 
