@@ -55,6 +55,18 @@ def learned_models(summary, kind: str, pe: str, chance: float | None) -> Judgeme
                                f"level {need:.3f} (chance {chance:.3g})")
 
 
+def shown(summary, groups, chance: float | None) -> dict:
+    """Evidence of the precondition: the learned level and, per (kind, pe) group a claim reads, its worst seed's
+    forward accuracy (``forward_acc_worst_<kind>_<pe>``), so a reproduced claim shows its models learned the facts."""
+    if chance is None or summary is None:
+        return {}
+    out = {"learned_level": learned_level(chance)}
+    for kind, pe in groups:
+        if f"{kind}/{pe}" in summary:
+            out[f"forward_acc_worst_{kind}_{pe}"] = min(vals(summary, kind, pe, "fwd_acc"))
+    return out
+
+
 def _first(*pres: Judgement | None) -> Judgement | None:
     return next((p for p in pres if p is not None), None)
 
@@ -100,7 +112,7 @@ def arm_fails_reverse(summary, positions, chance):
                    "The ARM trained on 'A r.. B' learns the forward facts (every seed's forward accuracy at the learned "
                    "level) but does not answer the reverse query 'B r..' -> A (its reverse-accuracy interval reaches "
                    "chance), for every positional encoding.", parts, chance=chance,
-                   learned_level=learned_level(chance), **ev)
+                   **shown(summary, [("arm", pe) for pe in positions], chance), **ev)
 
 
 def _rise(summary, pe) -> Interval:
@@ -131,7 +143,8 @@ def mdm_transfers_reverse(summary, positions, kinds, chance: float | None = None
                    "Under forward-only training ('[M] r.. B' -> A) the MDM's probability of A on the never-trained "
                    "reverse query 'B r.. [M]' rises above its value at initialisation and above the ARM's with the "
                    f"same encoding (paired t-intervals over seeds above 0), for {' and '.join(pes)} (learned positions "
-                   "in the evidence).", parts, **ev)
+                   "in the evidence).", parts,
+                   **shown(summary, [(k, pe) for pe in pes for k in ("mdm", "arm") if k in kinds], chance), **ev)
 
 
 # Two encodings tie when their reverse p differ by less than this on every seed (float noise of saturated
@@ -177,7 +190,7 @@ def _ordering(summary, positions, chance, id: str, task: str):
                          f"reverse_acc_{pe}": ci(summary, "mdm", pe, "rev_acc")}))
     return _judged(id, f"On the {task}, the MDM's final reverse probability orders {' > '.join(order)} strictly: each "
                        "paired difference's 95% t-interval over seeds lies above 0 (the study's Table 2).", parts,
-                   accuracy_order_holds=acc_ok, **ev)
+                   accuracy_order_holds=acc_ok, **shown(summary, [("mdm", pe) for pe in order], chance), **ev)
 
 
 def pe_ordering(summary, positions, chance: float | None = None):
@@ -208,7 +221,8 @@ def attention_correlation_positive(summary, positions, chance: float | None = No
                    "In the trained MDM the positional part of the query->B attention score (averaged over facts, as a "
                    "function of the distance) is correlated between the forward and the reverse query: its t-interval "
                    f"over seeds lies above {ATTN_CORR_LEVEL} for {' and '.join(pes)}; the full-score correlation "
-                   "across facts is evidence only.", parts, level=ATTN_CORR_LEVEL, **ev)
+                   "across facts is evidence only.", parts, level=ATTN_CORR_LEVEL,
+                   **shown(summary, [("mdm", pe) for pe in pes], chance), **ev)
 
 
 def gradient_alignment_positive(summary, positions, kinds, chance: float | None = None):
@@ -235,7 +249,7 @@ def gradient_alignment_positive(summary, positions, kinds, chance: float | None 
                    "logged steps from the first one at which the forward facts are learned, stays at the study's "
                    f"level: its t-interval over seeds lies above {GRAD_COS_LEVEL}, for {' and '.join(pes)} (the "
                    "value at step 0, ~1 before any training, is reference only).", parts, level=GRAD_COS_LEVEL,
-                   study_value=GRAD_COS_STUDY, **ev)
+                   study_value=GRAD_COS_STUDY, **shown(summary, [("mdm", pe) for pe in pes], chance), **ev)
 
 
 def make_claims(summary: dict, positions: list[str], kinds: list[str], chance: float,
