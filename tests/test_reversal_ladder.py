@@ -25,8 +25,11 @@ def test_ladder_statistics_and_trends_on_built_summaries():
                      "reverse p alibi - rope (offset task)", "reverse p alibi - rope (fixed layout)",
                      "reverse p rope - learned (offset task)", "reverse p rope - learned (fixed layout)"]
     by = {s.name: s for s in mechanism}
-    cos = by["storage grad cos MDM (rope)"]
-    assert (cos.level, cos.study_value, cos.size_label) == (0.5, 0.6, "d_model")
+    cos = by["storage grad cos MDM, once learned (rope)"]
+    assert (cos.level, cos.study_value, cos.size_label) == (0.6, 0.6, "d_model")
+    # every row carries the study's value where the summary has one: 0.6 (cosine), 1.0 (ALiBi correlation)
+    assert by["positional attention corr MDM (alibi)"].study_value == 1.0
+    assert by["positional attention corr MDM (rope)"].study_value is None
     assert cos.values[32.0] == [0.3, 0.35, 0.32] and trend(cos).label == TOWARD  # rises past the level
     assert trend(by["positional attention corr MDM (alibi)"]).label in (FLAT, "undetermined")
     # paired differences per seed: MDM - ARM reverse accuracy

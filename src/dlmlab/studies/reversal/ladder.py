@@ -21,7 +21,8 @@ import numpy as np
 from dlmlab.report import StudyResult, Table, write_study
 from dlmlab.report.ladder import LadderStat, ladder_figure, ladder_table, trend
 from dlmlab.studies.parallel import default_workers, map_jobs
-from dlmlab.studies.reversal.claims import ATTN_CORR_LEVEL, GRAD_COS_LEVEL, GRAD_COS_STUDY, MECHANISM_PES
+from dlmlab.studies.reversal.claims import (ALIBI_CORR_STUDY, ATTN_CORR_LEVEL, GRAD_COS_LEVEL, GRAD_COS_STUDY,
+                                            MECHANISM_PES)
 from dlmlab.studies.reversal.presets import ReversalLadder, ReversalPreset
 from dlmlab.studies.reversal.run import pair_preset
 from dlmlab.studies.reversal.summary import ORDER, summarize, vals
@@ -84,9 +85,11 @@ def ladder_stats(per_width: dict[int, dict], positions, kinds) -> tuple[list[Lad
     "pair_summary": ... or None} (as :func:`~dlmlab.studies.reversal.summary.summarize` returns them).
 
     Transfer: MDM - ARM final reverse accuracy per encoding (paired by seed), the PE ordering's paired differences
-    of final reverse p on the offset task and on the fixed-layout pair task.  Mechanism: the MDM's storage-column
-    gradient cosine (level ``GRAD_COS_LEVEL``, study ``GRAD_COS_STUDY``) and the positional attention-score
-    correlation (level ``ATTN_CORR_LEVEL``) for RoPE and ALiBi."""
+    of final reverse p on the offset task and on the fixed-layout pair task (the summary gives no number for
+    these).  Mechanism: the MDM's storage-column gradient cosine once the forward facts are learned (the claim's
+    quantity; level ``GRAD_COS_LEVEL``, study ``GRAD_COS_STUDY``) and the positional attention-score correlation
+    (level ``ATTN_CORR_LEVEL``; study ``ALIBI_CORR_STUDY`` for ALiBi, none for RoPE) for RoPE and ALiBi: every
+    row carries the study's value where the summary has one (issue 34)."""
     widths = sorted(per_width)
     S = lambda w: per_width[w]["summary"]  # noqa: E731
     transfer, mechanism = [], []
@@ -107,12 +110,13 @@ def ladder_stats(per_width: dict[int, dict], positions, kinds) -> tuple[list[Lad
                     {w: _diff(per_width[w]["pair_summary"], ("mdm", a), ("mdm", b), "rev_p") for w in widths},
                     size_label="d_model"))
         for pe in (p for p in MECHANISM_PES if p in positions):
-            mechanism.append(LadderStat(f"storage grad cos MDM ({pe})",
-                                        {w: vals(S(w), "mdm", pe, "storage_grad_cos_mean") for w in widths},
+            mechanism.append(LadderStat(f"storage grad cos MDM, once learned ({pe})",
+                                        {w: vals(S(w), "mdm", pe, "storage_grad_cos_learned") for w in widths},
                                         level=GRAD_COS_LEVEL, study_value=GRAD_COS_STUDY, size_label="d_model"))
             mechanism.append(LadderStat(f"positional attention corr MDM ({pe})",
                                         {w: vals(S(w), "mdm", pe, "positional_corr") for w in widths},
-                                        level=ATTN_CORR_LEVEL, size_label="d_model"))
+                                        level=ATTN_CORR_LEVEL, size_label="d_model",
+                                        study_value=ALIBI_CORR_STUDY if pe == "alibi" else None))
     return transfer, mechanism
 
 

@@ -33,11 +33,13 @@ class RealDataPreset(Config):  # checked when built: options, finite numbers, va
     model: TransformerConfig = field(default_factory=lambda: TransformerConfig(d_model=128, n_layers=2, n_heads=4, d_mlp=512))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500, batch_size=64, lr=3e-3, warmup_steps=50))
     positions: list[PE] = field(default_factory=lambda: ["rope"])
+    rank_items: int = 0  # ranking items per set, evenly spaced over it (0: every item; first-steps runs only)
 
     def validate(self) -> None:
         top = 30 if self.dataset == "person_description" else 1000
         require(1 < self.n_facts <= top, f"real.n_facts must be in [2, {top}] for {self.dataset}, got {self.n_facts}")
         require(self.seq_len >= 8, f"real.seq_len must be >= 8, got {self.seq_len}")
+        require(self.rank_items >= 0, f"real.rank_items must be >= 0, got {self.rank_items}")
 
 
 @dataclass
@@ -60,6 +62,10 @@ class ReversalPreset(Config):  # checked when built: options, finite numbers, va
     # the study's own fixed-layout pair task "A r B" (one layout, no distractors; see fixed_pair_task): the MDM
     # kinds are trained on it too, for the PE ordering as the study measures it (None: not run)
     pair_task: PositionalTaskConfig | None = None
+    # the pair task's one-layer model (None: ``model``); the cpu preset trains it wider, where the ladder shows
+    # learned positions failing, so that the ordering has room (issue 34)
+    pair_model: TransformerConfig | None = None
+    eval_facts: int = 0  # evaluate on the first k facts only (0: every fact; first-steps runs only)
     part: Literal["controlled", "multilayer", "pair"] = "controlled"  # which part this preset's grid runs
     device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
     real: RealDataPreset = field(default_factory=RealDataPreset)
@@ -73,6 +79,8 @@ class ReversalPreset(Config):  # checked when built: options, finite numbers, va
             require(3 <= self.max_distance < self.task.seq_len,
                     f"max_distance must be in [3, task.seq_len - 1 = {self.task.seq_len - 1}], got {self.max_distance}")
         require(self.eval_per_fact >= 1, f"eval_per_fact must be >= 1, got {self.eval_per_fact}")
+        require(self.eval_facts >= 0, f"eval_facts must be >= 0, got {self.eval_facts}")
+        require(self.pair_model is None or self.pair_model.n_layers == 1, "pair_model must be one-layer")
         if self.part == "multilayer":
             require(self.model.n_layers > 1 and self.multilayer is None, "the multi-layer part runs one deeper model")
         else:
@@ -140,9 +148,13 @@ def _cpu_synthetic() -> ReversalPreset:
     )
 
 
+# The pair task's width in the cpu preset: the ladder's widest, where learned positions fail on it (issue 34).
+CPU_PAIR_WIDTH = 256
+
+
 def _cpu() -> ReversalPreset:
     return dataclasses.replace(
-        _cpu_synthetic(),
+        _cpu_synthetic(), pair_model=TransformerConfig(d_model=CPU_PAIR_WIDTH, n_layers=1, n_heads=4),
         real=RealDataPreset(enabled=True, n_facts=10,
                             model=TransformerConfig(d_model=64, n_layers=2, n_heads=4, d_mlp=256),
                             train=TrainConfig(steps=2000, batch_size=32, lr=3e-3, warmup_steps=50, log_every=50)),
@@ -169,6 +181,23 @@ LADDER_WIDTHS = [32, 64, 128, 256]
 
 def _ladder() -> ReversalLadder:
     return ReversalLadder(base=_cpu_synthetic(), widths=list(LADDER_WIDTHS))
+
+
+def first_steps(preset: ReversalPreset, steps: int) -> ReversalPreset:
+    """``preset`` (the paper preset) for a first-steps check on any machine (``scripts/paper_first_steps.py``): the
+    same model shapes, tasks and grid (kinds, positions, multi-layer and real-data parts, 3 seeds: the real-data
+    claim's minimum) but at most ``steps`` optimizer steps per model, batch 8, evaluation on the first 16 facts,
+    attention signatures at distances 1-4, 4 real-data ranking items per set and a log every step, so every
+    analysis and claim runs in a few CPU minutes.  Its claims say nothing about the study."""
+    steps = max(1, int(steps))
+
+    def short(t: TrainConfig) -> TrainConfig:
+        return dataclasses.replace(t, steps=min(t.steps, steps), batch_size=min(t.batch_size, 8), log_every=1,
+                                   warmup_steps=min(t.warmup_steps, max(steps - 1, 0)))
+
+    return dataclasses.replace(preset, train=short(preset.train), seeds=list(preset.seeds)[:3], eval_per_fact=1,
+                               eval_facts=16, max_distance=4, device="auto",
+                               real=dataclasses.replace(preset.real, train=short(preset.real.train), rank_items=4))
 
 
 PRESETS: dict[str, ReversalPreset | ReversalLadder] = {"smoke": _smoke(), "cpu": _cpu(), "paper": _paper(),

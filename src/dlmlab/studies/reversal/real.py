@@ -8,7 +8,15 @@ candidates with the model's likelihood:
 * forward (held-out templates, ``p2d_prompts_test``): the person's description among the descriptions
   of all ``n_facts`` people, written in the same template;
 * reverse (``p2d_reverse_prompts_test``): the description comes first and the name must follow; the
-  true name among the ``n_facts`` names.
+  true name among the ``n_facts`` names;
+* forward on the training templates (``p2d_prompts_train``, the documents trained on): did the model learn the
+  facts (the claim's precondition).
+
+Summed log-likelihood favours short completions: in the held-out templates one person's description is the
+shortest every time, so a ranker that always picks it scores 1 / ``n_facts`` whatever it learned (issue 34).  The
+claim therefore reads the **per-token** score (mean log p over the completion's tokens) for every accuracy it
+judges, reports the number of distinct winners beside it, and takes "learned the facts" from the training
+templates; the summed-score accuracies stay in the table as evidence.
 
 ARM score = log p(completion | prompt) (teacher forcing); MDM score = sum of log p at the completion
 positions when all of them are masked at once (one-step masked likelihood).
@@ -31,6 +39,7 @@ from dlmlab.report.claims import (combine, interval_verdict, learned_level, not_
                                   underpowered)
 from dlmlab.report.intervals import mean_ci, paired_diff_ci
 from dlmlab.studies.parallel import map_jobs
+from dlmlab.studies.reversal.claims import cited
 from dlmlab.studies.reversal.presets import RealDataPreset
 from dlmlab.studies.reversal.synthetic import resolve_device
 from dlmlab.studies.threads import threads_for
@@ -51,6 +60,7 @@ class RealTask:
     vocab_size: int
     forward_test: list[tuple[str, list[str], int]]  # (prompt, candidates, index of the true one)
     reverse_test: list[tuple[str, list[str], int]]
+    forward_train: list[tuple[str, list[str], int]] = dataclasses.field(default_factory=list)  # training templates
 
 
 def _blocks(facts: TextFacts, per: int, n: int) -> list[list[tuple[str, str]]]:
@@ -88,6 +98,13 @@ def celebrity_items(n: int):
     return fwd, f_items, r_items
 
 
+def _spread(items: list, k: int) -> list:
+    """``k`` items evenly spaced over ``items`` (all of them when there are at most ``k``)."""
+    if len(items) <= k:
+        return items
+    return [items[i] for i in np.linspace(0, len(items) - 1, k).round().astype(int)]
+
+
 def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask_id: int | None = None) -> RealTask:
     """Forward training documents and ranking items for the first ``cfg.n_facts`` people.
 
@@ -97,9 +114,11 @@ def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask
     n = cfg.n_facts
     if cfg.dataset == "celebrity":
         train_docs, fwd, rev = celebrity_items(n)
+        fwd_train = fwd  # the forward prompts are the training documents
     else:
         train_f = load_person_description("p2d_prompts_train")
         train_docs = TextFacts(train_f.prompts[: n * N_TRAIN_PER_FACT], train_f.completions[: n * N_TRAIN_PER_FACT])
+        fwd_train = _ranking(_blocks(train_docs, N_TRAIN_PER_FACT, n))
         fwd = _ranking(_blocks(load_person_description("p2d_prompts_test"), N_TEST_PER_FACT, n))
         rev = _ranking(_blocks(load_person_description("p2d_reverse_prompts_test"), N_TEST_PER_FACT, n))
     if tokenizer is None:
@@ -109,9 +128,11 @@ def prepare(cfg: RealDataPreset, tokenizer=None, pad_id: int | None = None, mask
         if pad_id is None or mask_id is None:
             raise ValueError("a given tokenizer needs pad_id and mask_id")
         tok, pad, mask = tokenizer, pad_id, mask_id
+    if cfg.rank_items:
+        fwd, rev, fwd_train = (_spread(x, cfg.rank_items) for x in (fwd, rev, fwd_train))
     tokens, _ = encode_facts(tok, train_docs, cfg.seq_len, pad)
     tokens = tokens[:, : int((tokens != pad).sum(1).max())]  # train on the shortest padding that fits
-    return RealTask(tok, tokens, pad, mask, max(tok.vocab_size, pad + 1, mask + 1), fwd, rev)
+    return RealTask(tok, tokens, pad, mask, max(tok.vocab_size, pad + 1, mask + 1), fwd, rev, fwd_train)
 
 
 def objective_of(task: RealTask, kind: str):
@@ -175,7 +196,9 @@ def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed
                  desc: str = "real", out_dir=None) -> dict:
     """Train ``model`` (any module mapping tokens [B,T] -> logits [B,T,V]) forward-only on ``task.train``
     with the ARM (next token, pads ignored) or MDM (MDLM, pads never masked) objective, then rank
-    completions.  Returns {final_loss, forward_acc, reverse_acc}."""
+    completions.  Returns {final_loss} and, for ``forward`` (held-out templates), ``reverse`` and ``forward_train``
+    (training templates; when the task has them): ``*_acc`` (summed score), ``*_acc_per_token`` and
+    ``*_distinct_argmax`` (of the summed score) and ``*_distinct_argmax_per_token``."""
     docs = task.train
     B = train_cfg.batch_size
 
@@ -185,11 +208,16 @@ def fit_and_rank(model, task: RealTask, kind: str, train_cfg, seq_len: int, seed
     tcfg = dataclasses.replace(train_cfg, seed=seed, progress=progress)
     hist = train(model, tcfg, batches, objective_of(task, kind), out_dir=out_dir, desc=desc)
     out = {"final_loss": hist[-1]["loss"] if hist else None}
-    for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test)):
+    for name, items in (("forward", task.forward_test), ("reverse", task.reverse_test),
+                        ("forward_train", task.forward_train)):
+        if not items:
+            continue
         s, n = candidate_loglik(model, task, kind, items, seq_len)
+        per_token = s / np.maximum(n, 1)
         out[f"{name}_acc"] = accuracy(s, items)
         out[f"{name}_distinct_argmax"] = distinct_argmax(s)
-        out[f"{name}_acc_per_token"] = accuracy(s / np.maximum(n, 1), items)
+        out[f"{name}_acc_per_token"] = accuracy(per_token, items)
+        out[f"{name}_distinct_argmax_per_token"] = distinct_argmax(per_token)
     return out
 
 
@@ -241,14 +269,15 @@ def real_table(real: dict) -> Table:
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
     ci = lambda kind, pe, key: mean_ci(_per_seed(real, kind, pe, key)).fmt()  # noqa: E731
     mean = lambda kind, pe, key: float(np.mean(_per_seed(real, kind, pe, key)))  # noqa: E731
-    rows = [[kind.upper(), pe, ci(kind, pe, "forward_acc"), ci(kind, pe, "reverse_acc"),
-             ci(kind, pe, "forward_acc_per_token"), ci(kind, pe, "reverse_acc_per_token"),
+    rows = [[kind.upper(), pe, ci(kind, pe, "forward_train_acc_per_token"), ci(kind, pe, "forward_acc"),
+             ci(kind, pe, "reverse_acc"), ci(kind, pe, "forward_acc_per_token"), ci(kind, pe, "reverse_acc_per_token"),
              f"{mean(kind, pe, 'forward_distinct_argmax'):.1f}/{mean(kind, pe, 'reverse_distinct_argmax'):.1f}",
              mean(kind, pe, "final_loss")] for pe in pes for kind in ("mdm", "arm")]
     person = real.get("dataset", "person_description") == "person_description"
     return Table(f"Real data: {'person -> description' if person else 'celebrity child -> parent'} facts "
                  "(forward-only), ranking accuracy",
-                 ["model", "positions", "forward acc" + (" (held-out templates)" if person else ""),
+                 ["model", "positions", "forward acc, training templates (per-token score)",
+                  "forward acc" + (" (held-out templates)" if person else ""),
                   "reverse acc" + (" (description -> name)" if person else " (parent -> child)"),
                   "forward acc (per-token score)", "reverse acc (per-token score)", "distinct winners fwd/rev",
                   "final train loss"],
@@ -258,52 +287,67 @@ def real_table(real: dict) -> Table:
                       f"Mean [95% Student-t interval] over {len(real['seeds'])} seeds; loss and distinct winners "
                       f"are means. Accuracy columns rank by the summed log-likelihood of the completion; "
                       f"'per-token score' by its mean per token; 'distinct winners' counts the candidates that win "
-                      f"on some item (1 means the ranking ignores the prompt, e.g. a length bias).")
+                      f"on some item (1 means the ranking ignores the prompt, e.g. a length bias). The claim reads "
+                      f"the training-template column (learned the facts?) and the per-token reverse column.")
+
+
+LEARNED_KEY = "forward_train_acc_per_token"  # "learned the facts": the training templates, per-token score
+COMPARED_KEY = "reverse_acc_per_token"  # the compared reverse accuracy: per-token score (cannot reward length)
 
 
 def _learned(real: dict, kind: str, pe: str):
-    """``None`` when every seed's ``kind`` model learned the forward facts (forward accuracy on the held-out
-    templates at :func:`~dlmlab.report.claims.learned_level` of chance), else a precondition verdict."""
-    acc = _per_seed(real, kind, pe, "forward_acc")
+    """``None`` when every seed's ``kind`` model learned the forward facts (per-token forward accuracy on the
+    training templates, ``LEARNED_KEY``, at :func:`~dlmlab.report.claims.learned_level` of chance), else a
+    precondition verdict naming the worst seed and its number of distinct winners."""
+    acc = _per_seed(real, kind, pe, LEARNED_KEY)
     need = learned_level(real["chance"])
     if min(acc) >= need:
         return None
-    return precondition_failed(f"real {kind}/{pe} forward accuracy {min(acc):.3f} (worst of {len(acc)} seeds) < "
-                               f"learned level {need:.3f} (chance {real['chance']:.3g})")
+    worst = int(np.argmin(acc))
+    wins = _per_seed(real, kind, pe, "forward_train_distinct_argmax_per_token")[worst]
+    return precondition_failed(f"real {kind}/{pe} forward accuracy on the training templates (per-token score) "
+                               f"{min(acc):.3f} (worst of {len(acc)} seeds; {wins} distinct winners of "
+                               f"{real.get('n_facts', '?')}) < learned level {need:.3f} (chance {real['chance']:.3g})")
 
 
 def real_claim(real: dict):
-    """MDM minus ARM reverse accuracy, paired by seed, per PE: holds when every PE's 95% t-interval is above 0.
+    """MDM minus ARM reverse accuracy (per-token score, ``COMPARED_KEY``), paired by seed, per PE: holds when every
+    PE's 95% t-interval is above 0.
 
     Verdict: fewer than ``MIN_SEEDS`` seeds -> inconclusive / underpowered; a PE whose MDM or ARM did not learn the
-    forward facts on some seed -> inconclusive / precondition for that PE (whatever its interval); else each PE's
+    forward facts on some seed (``LEARNED_KEY``) -> inconclusive / precondition for that PE (whatever its interval); else each PE's
     interval decides its part (above 0: reproduced; below 0: contradicted; reaching 0: underpowered) and the
     parts are combined."""
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
     ev: dict = {"seeds": real["seeds"], "chance": real["chance"]}
     if not pes:
-        return claim("real_mdm_beats_arm_reverse", "needs real-data runs", None,
-                     judgement=not_run("no real-data run was made"), **ev)
+        return cited([claim("real_mdm_beats_arm_reverse", "needs real-data runs", None,
+                            judgement=not_run("no real-data run was made"), **ev)])[0]
     enough = len(real["seeds"]) >= MIN_SEEDS
     parts = []
     for pe in pes:
-        mdm, arm = _per_seed(real, "mdm", pe, "reverse_acc"), _per_seed(real, "arm", pe, "reverse_acc")
+        mdm, arm = _per_seed(real, "mdm", pe, COMPARED_KEY), _per_seed(real, "arm", pe, COMPARED_KEY)
         d = paired_diff_ci(mdm, arm)
         pre = _learned(real, "mdm", pe) or _learned(real, "arm", pe)
-        parts.append(pre or interval_verdict(d, what=f"{pe} MDM - ARM reverse accuracy"))
-        ev |= {f"mdm_reverse_acc_{pe}": mdm, f"arm_reverse_acc_{pe}": arm,
-               f"mdm_forward_acc_{pe}": _per_seed(real, "mdm", pe, "forward_acc"),
-               f"arm_forward_acc_{pe}": _per_seed(real, "arm", pe, "forward_acc"),
+        parts.append(pre or interval_verdict(d, what=f"{pe} MDM - ARM reverse accuracy (per-token score)"))
+        ev |= {f"mdm_reverse_acc_per_token_{pe}": mdm, f"arm_reverse_acc_per_token_{pe}": arm,
                f"mdm_minus_arm_{pe}": d.mean, f"mdm_minus_arm_{pe}_ci95": [d.lo, d.hi], f"mdm_minus_arm_{pe}_n": d.n}
-        ev |= {f"{k}_reverse_acc_per_token_{pe}": _per_seed(real, k, pe, "reverse_acc_per_token") for k in ("mdm", "arm")}
-        ev |= {f"{k}_reverse_distinct_argmax_{pe}": _per_seed(real, k, pe, "reverse_distinct_argmax")
-               for k in ("mdm", "arm")}
+        for k in ("mdm", "arm"):  # the gate, the held-out forward ranking and the summed-score numbers: evidence
+            for key in (LEARNED_KEY, "forward_train_distinct_argmax_per_token", "forward_acc_per_token",
+                        "reverse_distinct_argmax_per_token", "forward_acc", "reverse_acc", "reverse_distinct_argmax"):
+                if all(key in r for r in real["runs"]):
+                    ev[f"{k}_{key}_{pe}"] = _per_seed(real, k, pe, key)
     judgement = (underpowered(f"{len(real['seeds'])} seeds, fewer than the {MIN_SEEDS} the claim needs")
                  if not enough else combine(parts))
+    return cited([_real_claim(judgement, real, ev)])[0]
+
+
+def _real_claim(judgement, real: dict, ev: dict):
     return claim("real_mdm_beats_arm_reverse",
                  "On the real person->description facts, trained forward-only until both models learned the forward "
-                 "facts, the MDM ranks the true name higher than the ARM on reverse (description -> name) prompts: "
-                 f"the MDM-minus-ARM reverse accuracy, paired by seed over >= {MIN_SEEDS} seeds, has a 95% Student-t "
+                 "facts (per-token ranking of the training templates at the learned level), the MDM ranks the true "
+                 "name higher than the ARM on reverse (description -> name) prompts: the MDM-minus-ARM reverse "
+                 f"accuracy (per-token score), paired by seed over >= {MIN_SEEDS} seeds, has a 95% Student-t "
                  "interval above 0 for every positional encoding.", judgement.verdict == "reproduced",
                  judgement=judgement, learned_level=learned_level(real["chance"]),
                  rule="per-seed values and interval are reported; a difference within float noise (an interval "

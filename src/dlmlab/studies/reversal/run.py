@@ -42,7 +42,8 @@ def pair_preset(cfg: ReversalPreset) -> ReversalPreset | None:
     if cfg.pair_task is None:
         return None
     return dataclasses.replace(cfg, task=cfg.pair_task, kinds=[k for k in cfg.kinds if k.startswith("mdm")],
-                               pair_task=None, multilayer=None, part="pair")
+                               model=cfg.pair_model or cfg.model, pair_task=None, pair_model=None, multilayer=None,
+                               part="pair")
 
 
 def one_layer_grid(cfg: ReversalPreset, progress: bool, workers: int) -> tuple[list[dict], list[dict]]:
@@ -103,7 +104,8 @@ def run_preset(cfg: ReversalPreset, name: str, out: Path, progress: bool = True)
         f"on 'A r..' -> B; {cfg.train.steps} AdamW steps, batch {cfg.train.batch_size}, lr {cfg.train.lr}. "
         f"Reverse queries ('B r.. [M]' / 'B r..' -> A) are evaluated only. "
         + (f"The MDM is also trained on the study's fixed-layout pair task ('[M] r B' -> A at fixed positions, "
-           f"{cfg.pair_task.n_pairs} facts; Table 2b). " if cfg.pair_task is not None else "")
+           f"{cfg.pair_task.n_pairs} facts, d_model={(cfg.pair_model or cfg.model).d_model}; Table 2b). "
+           if cfg.pair_task is not None else "")
         + f"Intervals: 95% Student-t over the {len(cfg.seeds)} seeds (n beside each); paired differences pair runs "
           f"of the same seed (same facts, same layouts)."
     )

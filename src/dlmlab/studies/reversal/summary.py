@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dlmlab.report import Table
+from dlmlab.report.claims import learned_level
 from dlmlab.report.intervals import Interval, mean_ci, paired_diff_ci
 
 LABELS = {"mdm": "MDM", "mdm_mdlm": "MDM (MDLM)", "arm": "ARM"}
@@ -13,17 +16,37 @@ DIAGNOSTICS = ("fwd_evidence_alpha", "rev_evidence_alpha", "fwd_evidence_routed"
                "storage_margin", "positional_corr")
 
 
+def learned_step(history: list[dict], chance: float) -> int | None:
+    """The first logged step whose forward accuracy reaches :func:`~dlmlab.report.claims.learned_level` of
+    ``chance`` (None: never within the run)."""
+    need = learned_level(chance)
+    return next((row["step"] for row in history if row["fwd_acc"] >= need), None)
+
+
+def after_learned(history: list[dict], key: str, chance: float) -> float:
+    """Mean of ``key`` over the logged steps from :func:`learned_step` to the end (NaN when the forward facts were
+    never learned): the value of a signature once the model knows the facts, not at initialisation, where a
+    model that knows nothing can show it by construction (issue 34: the storage-column cosine is ~1 at step 0)."""
+    s = learned_step(history, chance)
+    return math.nan if s is None else float(np.mean([row[key] for row in history if row["step"] >= s]))
+
+
 def run_values(run: dict, train_distances: list[int] | None = None) -> dict[str, float]:
     """Scalars of one run: final metrics, initial reverse p, AUC and mean gradient cosines over training
-    (``storage_grad_cos_mean``: the study's storage-column cosine; ``grad_cos_mean``: the whole-W_v/W_o cosine,
-    the definition before issue 27), final diagnostics; ``score_corr_train``: full-score correlation averaged over
-    the training distances."""
+    (``storage_grad_cos_mean``: the study's storage-column cosine over every logged step; ``grad_cos_mean``: the
+    whole-W_v/W_o cosine, the definition before issue 27), ``storage_grad_cos_learned``: the storage-column cosine
+    averaged from the step the forward facts are learned (:func:`after_learned`; the claim's quantity) and
+    ``storage_grad_cos_init`` its value at step 0 (reference), final diagnostics; ``score_corr_train``: full-score
+    correlation averaged over the training distances."""
     h = run["history"]
     v = {k: float(run["final"][k]) for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p")}
     v["initial_rev_p"] = float(run["initial_rev_p"])
     v["rev_auc"] = float(np.mean([row["rev_p"] for row in h]))
     if all("storage_grad_cos" in row for row in h):
         v["storage_grad_cos_mean"] = float(np.mean([row["storage_grad_cos"] for row in h]))
+        v["storage_grad_cos_init"] = float(h[0]["storage_grad_cos"])
+        if "chance" in run:
+            v["storage_grad_cos_learned"] = after_learned(h, "storage_grad_cos", float(run["chance"]))
     v["grad_cos_mean"] = float(np.mean([row["grad_cos"] for row in h]))
     v["param_cos_mean"] = float(np.mean([row["param_cos"] for row in h]))
     d = run["diagnostics"]
@@ -92,21 +115,25 @@ def tables(summary: dict, kinds, positions, chance: float, part: str | None = No
         rows = []
         for k, pe in groups:
             rows.append([LABELS[k], pe, _f(summary, k, pe, "positional_corr"), _f(summary, k, pe, "score_corr_train"),
+                         _f(summary, k, pe, "storage_grad_cos_learned"), _f(summary, k, pe, "storage_grad_cos_init"),
                          _f(summary, k, pe, "storage_grad_cos_mean"), _f(summary, k, pe, "grad_cos_mean"),
                          _f(summary, k, pe, "param_cos_mean"),
                          _f(summary, k, pe, "fwd_evidence_alpha"), _f(summary, k, pe, "rev_evidence_alpha"),
                          _f(summary, k, pe, "storage_margin")])
         out.append(Table("Table 3: storage-routing signatures (mean [95% t-interval] over seeds)",
                          ["model", "positions", "positional score corr", "full score corr (train distances)",
-                          "grad cos on Y[:, B] (per fact)", "grad cos on W_v, W_o (per fact)",
+                          "grad cos on Y[:, B] once learned", "grad cos on Y[:, B] at step 0",
+                          "grad cos on Y[:, B] (all steps)", "grad cos on W_v, W_o (per fact)",
                           "grad cos on W_v, W_o (batch)", "alpha fwd", "alpha rev", "storage margin"], rows,
                          note="positional score corr: correlation across distances 1..max_distance of the forward and "
                               "reverse query->B score averaged over facts (the positional part); full score corr: "
                               "correlation across facts at each training distance (content included); grad cos on "
                               "Y[:, B]: per fact, cosine of the forward- and reverse-loss gradients on the storage "
-                              "column of B (the study's quantity, gradient_alignment_positive); on W_v, W_o: the same "
-                              "on the whole value/output weights (autograd; per fact, or of the batch loss; the "
-                              "definition before issue 27); all averaged over the logged training steps; alpha: "
+                              "column of B (the study's quantity), averaged over the logged steps from the first one at which "
+                              "the forward facts are learned (gradient_alignment_positive; n/a: never learned), at "
+                              "step 0 (reference: ~1 before any training) and over every logged step; on W_v, W_o: "
+                              "the same on the whole value/output weights (autograd; per fact, or of the batch loss; "
+                              "the definition before issue 27), averaged over the logged training steps; alpha: "
                               "attention to the evidence (sum over heads); storage margin: Y[A_k, B_k] - mean_a "
                               "Y[a, B_k]."))
     return out

@@ -94,11 +94,27 @@ def track(model: Transformer, task: PositionalRelations, kind: str, lay: Layout)
     }
 
 
-def attention_signatures(model: Transformer, task: PositionalRelations, max_distance: int) -> dict:
+def _head(q, k: int):
+    """The first ``k`` queries of ``q`` (all when ``k`` is 0)."""
+    return q if not k else q.subset(torch.arange(min(k, len(q))))
+
+
+def first_facts(lay: Layout, k: int) -> Layout:
+    """The examples of ``lay`` on the first ``k`` facts (all when ``k`` is 0)."""
+    if not k:
+        return lay
+    keep = lay.fact < k
+    return Layout(lay.fact[keep], lay.d[keep], lay.p[keep], lay.dis_pos[keep], lay.dis_ids[keep])
+
+
+def attention_signatures(model: Transformer, task: PositionalRelations, max_distance: int,
+                         eval_facts: int = 0) -> dict:
     """MDM probes at distances 1..max_distance: the forward/reverse evidence-score correlation across facts
-    (full score, per distance) and the positional part (facts averaged out) correlated across distances."""
+    (full score, per distance) and the positional part (facts averaged out) correlated across distances
+    (``eval_facts``: probe the first k facts only; 0: all)."""
     dev = _dev(model)
-    pairs = {d: (task.probes(d, reverse=False).to(dev), task.probes(d, reverse=True).to(dev))
+    pairs = {d: (_head(task.probes(d, reverse=False), eval_facts).to(dev),
+                 _head(task.probes(d, reverse=True), eval_facts).to(dev))
              for d in range(1, max_distance + 1)}
     prof = distance_profile(model, pairs)
     return {
@@ -110,7 +126,7 @@ def attention_signatures(model: Transformer, task: PositionalRelations, max_dist
 
 
 def final_diagnostics(model: Transformer, task: PositionalRelations, kind: str, lay: Layout, max_distance: int,
-                      signatures: bool = True) -> dict:
+                      signatures: bool = True, eval_facts: int = 0) -> dict:
     """Storage-routing split of the target's logit margin (vs. the other entities of its type) in the forward
     and the reverse query, the storage margin and (MDM, ``signatures``) the attention signatures."""
     dev = _dev(model)
@@ -127,7 +143,7 @@ def final_diagnostics(model: Transformer, task: PositionalRelations, kind: str, 
     Y = storage_matrix(model, task.b_ids, task.a_ids)  # [H, N_A, N_B]: does B single out its A?
     out["storage_margin"] = float(storage_margin(Y, torch.arange(task.cfg.n_pairs, device=Y.device)).mean())
     if kind.startswith("mdm") and signatures:
-        out.update(attention_signatures(model, task, max_distance))
+        out.update(attention_signatures(model, task, max_distance, eval_facts))
     return out
 
 
@@ -136,7 +152,7 @@ def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progre
     final{...}, diagnostics{...}, cpu_seconds} (``cpu_seconds``: this process's CPU time for the run)."""
     c0 = time.process_time()
     task = PositionalRelations(preset.task, seed)
-    lay = task.eval_layout(preset.eval_per_fact, seed)
+    lay = first_facts(task.eval_layout(preset.eval_per_fact, seed), preset.eval_facts)
     model = build_model(preset, task, kind, positions, seed).to(resolve_device(preset.device))
     tcfg = dataclasses.replace(preset.train, seed=seed, eval_every=preset.train.log_every, progress=progress)
     batches, objective = make_objective(task, kind, tcfg.batch_size)
@@ -156,7 +172,7 @@ def run_one(preset: ReversalPreset, kind: str, positions: str, seed: int, progre
         "initial": {k: history[0][k] for k in ("fwd_acc", "fwd_p", "rev_acc", "rev_p")},
         "initial_rev_p": history[0]["rev_p"],
         "diagnostics": final_diagnostics(model, task, kind, lay, preset.max_distance,
-                                         signatures=preset.part != "pair"),
+                                         signatures=preset.part != "pair", eval_facts=preset.eval_facts),
         "params": model.num_params(),
         "final_loss": final.get("loss", math.nan),
     }
