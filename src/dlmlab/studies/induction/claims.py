@@ -400,7 +400,7 @@ def induction_heads_ablation_drop(models: dict, min_drop: float = 0.2) -> Claim:
         ev[f"{key}_threshold"] = t["threshold"]
         ev[f"{key}_set_drop"], ev[f"{key}_random_p95"] = t["drop"], t["random_p95"]
         ev[f"{key}_n_other_sets"], ev[f"{key}_exhaustive"] = len(t["random_drops"]), t.get("exhaustive", False)
-        if t.get("control"):
+        if (t.get("control") or {}).get("p") is not None:
             ev[f"{key}_permutation_p"], ev[f"{key}_permutation_min_p"] = t["control"]["p"], t.get("min_p")
         pre = _learned_all(m)
         if pre is not None:
