@@ -49,8 +49,9 @@ def run_one(study: str, out: Path, steps: int) -> None:
     import importlib
 
     mod = importlib.import_module(f"dlmlab.studies.{study}")
-    presets = importlib.import_module(f"dlmlab.studies.{study}.presets").PRESETS
-    presets["paper"] = cap_steps(presets["paper"], steps)  # the study looks its preset up by name
+    pm = importlib.import_module(f"dlmlab.studies.{study}.presets")
+    presets = pm.PRESETS
+    presets["paper"] = getattr(pm, "first_steps", cap_steps)(presets["paper"], steps)  # looked up by name
     mod.run("paper", out, progress=False)
 
 

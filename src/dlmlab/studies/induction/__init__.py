@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from dlmlab.report import StudyResult, Table, write_study
-from dlmlab.report.claims import learned_level
+from dlmlab.report import StudyResult, Table, claim, write_study
+from dlmlab.report.claims import learned_level, not_run
 from dlmlab.report.results import _clean
 from dlmlab.report.seeds import with_seeds
 from dlmlab.studies.induction import figures as figs
@@ -336,6 +336,9 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
     steer = _steering(p, models, trained, probe_tokens, v.mask_id, progress)
     if steer is not None:
         claims.append(steering.steering_claim(steer))
+    else:  # every claim is written; this one was not run
+        claims.append(claim("mask_rate_steering", "Steering the mask-rate direction during threshold decoding",
+                            None, judgement=not_run("the preset runs no steering (steer_prompts 0) or trained no DLM")))
     claims = with_seeds(claims, SEED_REFS)
     figures = [
         figs.context_bars(out, models),

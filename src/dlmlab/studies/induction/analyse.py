@@ -16,7 +16,7 @@ from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab
 
-N_RANDOM_CONTROLS = 200  # random head sets / random shifts per control (report.intervals.MIN_CONTROL_DRAWS)
+N_RANDOM_CONTROLS = 200  # the presets' control_draws: random head sets / shifts per control (MIN_CONTROL_DRAWS)
 FULL_RANGE = (0.0, 1.0)  # the study's mask rates: the probe is also fitted over the whole range
 LOCAL_RADIUS = 2  # the "local context" of a position: its neighbours at +-1 and +-2
 
@@ -142,7 +142,7 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         r["top_induction_head_zero_drop"] = float(drop_zero[layer, head])
         ind = head_sets.heads_above(scores, INDUCTION_THRESHOLD, min_layer=1)
         pool = head_sets.layer_pool(len(model.blocks), scores.shape[1], min_layer=1)
-        test = head_sets.set_ablation_test(model, metric, ind, pool, means, "mean", N_RANDOM_CONTROLS, seed=p.seed)
+        test = head_sets.set_ablation_test(model, metric, ind, pool, means, "mean", p.control_draws, seed=p.seed)
         r["induction_set_ablation"] = {**test.to_dict(), "threshold": INDUCTION_THRESHOLD,
                                        "pool": "every head of layers >= 1"}
         per_seq = controls.per_seq_fn(objective, eval_tokens, mid, p.per_seq, p.seed)  # the rows of ``metric``
@@ -177,8 +177,9 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
                                  "r2_pooled": full.r2_pooled, "r2_control": full.r2_control,
                                  "t_range": list(FULL_RANGE)}
         r["patch"] = timestep.mean_shift_patch(model, probe_tokens, mid, rep.points[1], p.patch_low, p.patch_high,
-                                               N_RANDOM_CONTROLS, seed=p.seed)
-        r["patch"]["control"] = control_test(r["patch"]["delta"], r["patch"]["random_deltas"]).as_dict()
+                                               p.control_draws, seed=p.seed)
+        r["patch"]["control"] = control_test(r["patch"]["delta"], r["patch"]["random_deltas"],
+                                             min_draws=min(p.control_draws, N_RANDOM_CONTROLS)).as_dict()
 
     if run_dir is not None:
         ev_tokens = eval_tokens[: max(8, eval_tokens.shape[0] // 2)]

@@ -54,6 +54,7 @@ class InductionPreset(Config):  # checked when built: options, finite numbers, v
     # on the AR's accuracy alone (claims.few_ids_choice) before the DLM is read
     per_seq: int = 8  # masked targets per sequence (DLM rows = eval_seqs * per_seq)
     probe_seqs: int = 256  # corrupted sequences for the mask-rate probe
+    control_draws: int = 200  # random head sets / random shifts per control (>= 200 for a verdict; first steps: fewer)
     steer_prompts: int = 32  # prompts decoded while steering the mask-rate direction (0: steering not run)
     steer_threshold: float = 0.9  # the threshold decoder the steering claim decodes with (fixed in advance)
     background: float = 0.1  # global mask rate of the local-window test
@@ -76,6 +77,7 @@ class InductionPreset(Config):  # checked when built: options, finite numbers, v
         return self.device
 
     def validate(self) -> None:
+        require(self.control_draws >= 1, f"control_draws must be >= 1, got {self.control_draws}")
         require(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
         require(self.ar_min_depth >= 1, f"ar_min_depth must be >= 1, got {self.ar_min_depth}")
         require(all(k >= 2 for k in self.few_ids), f"few_ids must be >= 2 each, got {self.few_ids}")
@@ -137,13 +139,13 @@ PRESETS["cpu_reserved_ids"] = replace(PRESETS["cpu"], random_ids="reserved")
 
 def first_steps(preset: InductionPreset, steps: int) -> InductionPreset:
     """``preset`` at its real model shapes for ``steps`` optimizer steps per model (the paper's first steps,
-    issue 34): text-only steps, warm-up and checkpoints fit inside ``steps``; one seed; evaluation, probe and
-    steering sizes reduced so the whole pipeline (every analysis and claim) runs on a CPU in well under a
-    minute.  The claims of such a run say nothing about the study."""
+    issue 34): text-only steps, warm-up and checkpoints fit inside ``steps``; one seed; batch 2, 2 evaluation
+    sequences with one target each, 12 probe rows, 4 control draws (the controls then read underpowered), and no
+    steering (200 threshold decodes of 512 tokens; its claim reads not_run), so every other analysis and every
+    claim run on a CPU in minutes.  The claims of such a run say nothing about the study."""
     steps = max(1, int(steps))
     return replace(preset, steps=steps, text_steps=min(preset.text_steps, steps // 2), seeds=1,
                    warmup_steps=min(preset.warmup_steps, max(1, steps // 2)), ckpt_every=max(1, steps),
-                   batch_size=min(preset.batch_size, 2), eval_seqs=min(preset.eval_seqs, 4),
-                   per_seq=min(preset.per_seq, 2), probe_seqs=min(preset.probe_seqs, 12),
-                   steer_prompts=min(preset.steer_prompts, 2), max_chars=min(preset.max_chars or 2_000_000,
-                                                                            2_000_000))
+                   batch_size=min(preset.batch_size, 2), eval_seqs=min(preset.eval_seqs, 2), per_seq=1,
+                   probe_seqs=min(preset.probe_seqs, 12), control_draws=min(preset.control_draws, 4),
+                   steer_prompts=0, max_chars=min(preset.max_chars or 2_000_000, 2_000_000))
