@@ -279,16 +279,16 @@ def _setup(p: InductionPreset, data) -> str:
             f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM loss "
             f"(linear schedule, 1/t weight, mask rates t ~ U[{p.t_min}, {p.t_max}]), identical recipe: {p.steps} AdamW "
             f"steps, batch {p.batch_size}, rows of {p.seq_len} tokens, lr {p.lr} (warmup {p.warmup_steps}, "
-            f"{p.schedule} schedule), {p.seeds} training seed(s) per model ({p.seed}..{p.seed + p.seeds - 1}; AR at depths "
-            f">= {p.ar_min_depth}). Corpus: {p.text_source} ({files}; {p.tokenizer} tokens, vocab "
+            f"{p.schedule} schedule), {p.seeds} training seed(s) per model ({p.seed}..{p.seed + p.seeds - 1}; "
+            f"AR at depths >= {p.ar_min_depth}). Corpus: {p.text_source} ({files}; {p.tokenizer} tokens, vocab "
             f"{v.text_vocab}): {n_text} training tokens, {len(data.val_ids)} held out. Curriculum: steps 1..{p.text_steps} "
             f"text windows only; afterwards each row is with probability {p.p_repeated} random tokens ({ids}) in which "
             f"a segment of random length {p.min_half}..{p.seq_len // 2} at a random start repeats right after itself, "
             f"else a text window: {text_epochs(p, n_text):.2f} epochs of the training text seen in expectation. "
             f"Evaluation: {p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked "
             f"targets per sequence for the DLM; the both-sides comparison also on {p.eval_seqs} repeats drawn from "
-            f"each of {p.few_ids} distinct ids (the count picked on the AR alone); mask-rate probe on held-out text/repeat rows at rates in "
-            f"[{p.t_min}, {p.t_max}]; difference-of-means shift from rate {p.patch_high} into rate {p.patch_low}.")
+            f"each of {p.few_ids} distinct ids (the count picked on the AR alone); mask-rate probe on held-out "
+            f"text/repeat rows at rates in [{p.t_min}, {p.t_max}]; difference-of-means shift from rate {p.patch_high} into rate {p.patch_low}.")
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:

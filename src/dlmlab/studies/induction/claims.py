@@ -338,7 +338,7 @@ def two_layers_needed(models: dict, low: float = NO_INDUCTION, gain: float = 0.3
                  "needs a model of depth 1 and one of depth >= 2 of the same objective", **ev)
 
 
-# -- mechanism claims (judged in each training seed: _each_seed) ------------------------------------------------------------------
+# -- mechanism claims (judged in each training seed: _each_seed) ------------------------------------
 def _prev_and_next_token_heads_in_layer0_one(models: dict, thr: float = PREV_NEXT_THRESHOLD) -> Claim:
     ev = {"threshold": thr, "convention": "mean attention from position i to i-1 (i+1) over all rows and all "
           "queries that have that neighbour (T-1 of T; TransformerLens averages over all T queries, i.e. this "
