@@ -160,7 +160,22 @@ def _tables(models: dict) -> list[Table]:
                 for k in keys if "emergence" in models[k] for e in [models[k]["emergence"]]])
     tr = Table("Training", ["model", "final loss", "train seconds (this invocation; ~0 when a finished run is reused)"],
                [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
-    return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr, *_twoways_tables(models, keys)]
+    return [acc, _seeds_table(models, keys), heads, sets, per_head, comp, gains, window, probe, fold, em, tr,
+            *_twoways_tables(models, keys)]
+
+
+def _seeds_table(models: dict, keys: list[str]) -> Table:
+    """Per model and training seed: the headline forward accuracy (distinct ids) and on few distinct ids."""
+    counts = sorted({k for m in models.values() for k in (m.get("few_ids") or {})}, key=int)
+    rows = []
+    for k in keys:
+        for s, r in enumerate([models[k], *models[k].get("seed_runs", [])]):
+            ctx = "left" if r["objective"] == "ar" else "both"
+            rows.append([k, s, r["accuracy"]["forward"][ctx],
+                         *[(r.get("few_ids") or {}).get(c, {}).get("accuracy") for c in counts]])
+    return Table("Forward accuracy per training seed (AR: left context, DLM: both sides): distinct ids, and repeats "
+                 "drawn from few distinct ids (the both-sides comparison's id count is chosen on the AR alone)",
+                 ["model", "seed", "distinct ids", *[f"{c} ids" for c in counts]], rows)
 
 
 def _twoways_tables(models: dict, keys: list[str]) -> list[Table]:
