@@ -136,14 +136,18 @@ def dlm(L=2, **kw):
          "gains": {d: {"left": 1.0, "right": 1.5, "both": 2.4, "ratio": 0.96} for d in ("forward", "reverse")},
          "induction_set_ablation": {"heads": [[1, 2]], "base": 0.99, "drop": 0.6, "random_p95": 0.1,
                                     "random_drops": [0.1] * 200, "threshold": 0.3, "exhaustive": False,
-                                    "control": {"n_draws": 200}},
+                                    "control": {"n_draws": 200},
+                                    "per_seq": {"base": [1.0, 0.9, 1.0, 1.0] * 3, "induction": [0.4, 0.3, 0.5, 0.4] * 3,
+                                                "best_other": [0.9, 0.9, 1.0, 0.8] * 3, "best_other_set": [[1, 0]]}},
          "probe": {"r2": [0.2, 0.85, 0.9], "r2_control": [0.0, -0.01, 0.0], "r2_pooled": [0.5, 0.95, 0.95],
-                   "t_range": [0.02, 0.5]},
+                   "t_range": [0.02, 0.5], "rmse": [0.12, 0.05, 0.04], "rmse_control": 0.14},
+         "probe_full_range": {"r2": [0.3, 0.9, 0.9], "r2_control": [0.0, 0.0, 0.0], "t_range": [0.0, 1.0]},
          "patch": {"low": 0.05, "high": 0.5, "delta": 0.5, "random_p95": 0.2, "random_deltas": [0.1] * 200,
                    "entropy_clean": 1.0},
          "local_window": {"none": 0.9, "pm1": 0.5, "pm2_only": 0.6, "pm1_pm2": 0.2, "far2": 0.88},
          "top_induction_head": [1, 2],
-         "composition_into_top_head": {"Q": [[0.5, 0.4, 0.1, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}}
+         "composition_into_top_head": {"Q": [[0.5, 0.4, 0.1, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]},
+         "composition_into_top_head_init": {"Q": [[0.2] * 4, [0] * 4], "K": [[0.15] * 4, [0] * 4]}}
     m.update(kw)
     return m
 
@@ -161,15 +165,25 @@ def test_prev_next_claim_needs_two_distinct_heads_above_half():
 def test_ablation_claim_needs_drop_and_beating_random_sets():
     assert verdict(C.induction_heads_ablation_drop)
     base = dlm()["induction_set_ablation"]
-    assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "random_drops": [0.7] * 200})
-    assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "drop": 0.15})
+    ps = base["per_seq"]
+    # the best other set hurts as much: not above it (issue 34: paired per-sequence interval, not a permutation)
+    assert not verdict(C.induction_heads_ablation_drop,
+                       induction_set_ablation={**base, "per_seq": {**ps, "best_other": ps["induction"]}})
+    small = [b - 0.15 for b in ps["base"]]  # a drop of 0.15 < 0.2 (the other set's drop is smaller still)
+    assert not verdict(C.induction_heads_ablation_drop,
+                       induction_set_ablation={**base, "per_seq": {**ps, "induction": small, "best_other": ps["base"]}})
+    assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "per_seq": None})
     assert not verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "heads": []})
-    assert verdict(C.induction_heads_ablation_drop, induction_set_ablation={**base, "base": 0.1}) is None  # no induction
+    low = {d: {c: 0.1 for c in ("left", "right", "both")} for d in ("forward", "reverse")}
+    assert verdict(C.induction_heads_ablation_drop, accuracy=low) is None  # no induction: precondition
 
 
 def test_probe_patch_window_and_composition_claims():
     assert verdict(C.mask_rate_probe_r2)
-    assert not verdict(C.mask_rate_probe_r2, probe={**dlm()["probe"], "r2": [0.2, 0.7, 0.95]})  # after block 0 only
+    pr = dlm()["probe"]
+    assert not verdict(C.mask_rate_probe_r2, probe={**pr, "rmse": [0.05, 0.13, 0.01]})  # after block 0 only
+    assert not verdict(C.mask_rate_probe_r2, probe_full_range={**dlm()["probe_full_range"], "r2": [0.9, 0.8, 0.9]})
+    assert C.RMSE_LEVEL == pytest.approx(((1 - 0.82) / 12) ** 0.5)  # R^2 0.82 for rates uniform on [0, 1]
     assert verdict(C.mask_rate_patch_raises_entropy)
     assert not verdict(C.mask_rate_patch_raises_entropy, patch={**dlm()["patch"], "delta": 0.05})
     assert verdict(C.local_window_sensitivity)
@@ -178,6 +192,8 @@ def test_probe_patch_window_and_composition_claims():
     assert verdict(C.q_and_k_composition_in_induction_heads)
     comp = {"Q": [[0.5, 0.4, 0.6, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}  # other head H2 wins Q
     assert not verdict(C.q_and_k_composition_in_induction_heads, composition_into_top_head=comp)
+    init = {"Q": [[0.2, 0.2, 0.5, 0.2], [0] * 4], "K": [[0.15] * 4, [0] * 4]}  # the untrained model scores as high
+    assert not verdict(C.q_and_k_composition_in_induction_heads, composition_into_top_head_init=init)
 
 
 # -- corpus and curriculum -----------------------------------------------------------------------------

@@ -17,14 +17,16 @@ from pathlib import Path
 
 import torch
 
-from dlmlab.report import StudyResult, Table, write_study
-from dlmlab.report.claims import learned_level
+from dlmlab.report import StudyResult, Table, claim, write_study
+from dlmlab.report.claims import learned_level, not_run
 from dlmlab.report.results import _clean
+from dlmlab.report.seeds import with_seeds
 from dlmlab.studies.induction import figures as figs
 from dlmlab.studies.induction import steering
 from dlmlab.studies.induction.analyse import analyse_model, lightly_masked
 from dlmlab.studies.induction.claims import CLAIM_IDS, INDUCTION_THRESHOLD, PREV_NEXT_THRESHOLD, all_claims
 from dlmlab.studies.induction.presets import PRESETS, InductionPreset
+from dlmlab.studies.induction.seeds import SEED_REFS
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.threads import torch_threads
 from dlmlab.training.distributed import is_main_process, sync
@@ -48,6 +50,19 @@ def _prepare_run_dir(run_dir: Path, config: dict) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg_path.write_text(json.dumps(config, indent=1))
     sync()
+
+
+def group_seeds(keys: list[tuple[str, int]], measured: list[dict]) -> dict:
+    """``{"dlm_L2": seed 0's measurements, with ``seed_runs``: [seed 1's, ...]}`` from the jobs' (key, seed)
+    and their measurements (in job order)."""
+    models: dict = {}
+    for (key, s), meas in zip(keys, measured):
+        if s == 0:
+            models[key] = {**meas, "seed_runs": []}
+    for (key, s), meas in zip(keys, measured):
+        if s:
+            models[key]["seed_runs"].append(meas)
+    return models
 
 
 def _head(scores, layer: int) -> tuple[int, float]:
@@ -145,7 +160,22 @@ def _tables(models: dict) -> list[Table]:
                 for k in keys if "emergence" in models[k] for e in [models[k]["emergence"]]])
     tr = Table("Training", ["model", "final loss", "train seconds (this invocation; ~0 when a finished run is reused)"],
                [[k, models[k]["train"]["final_loss"], models[k]["train"]["seconds"]] for k in keys])
-    return [acc, heads, sets, per_head, comp, gains, window, probe, fold, em, tr, *_twoways_tables(models, keys)]
+    return [acc, _seeds_table(models, keys), heads, sets, per_head, comp, gains, window, probe, fold, em, tr,
+            *_twoways_tables(models, keys)]
+
+
+def _seeds_table(models: dict, keys: list[str]) -> Table:
+    """Per model and training seed: the headline forward accuracy (distinct ids) and on few distinct ids."""
+    counts = sorted({k for m in models.values() for k in (m.get("few_ids") or {})}, key=int)
+    rows = []
+    for k in keys:
+        for s, r in enumerate([models[k], *models[k].get("seed_runs", [])]):
+            ctx = "left" if r["objective"] == "ar" else "both"
+            rows.append([k, s, r["accuracy"]["forward"][ctx],
+                         *[(r.get("few_ids") or {}).get(c, {}).get("accuracy") for c in counts]])
+    return Table("Forward accuracy per training seed (AR: left context, DLM: both sides): distinct ids, and repeats "
+                 "drawn from few distinct ids (the both-sides comparison's id count is chosen on the AR alone)",
+                 ["model", "seed", "distinct ids", *[f"{c} ids" for c in counts]], rows)
 
 
 def _twoways_tables(models: dict, keys: list[str]) -> list[Table]:
@@ -264,14 +294,16 @@ def _setup(p: InductionPreset, data) -> str:
             f"LayerNorm, depths {p.depths}); AR = causal mask + next-token loss, DLM = bidirectional mask + MDLM loss "
             f"(linear schedule, 1/t weight, mask rates t ~ U[{p.t_min}, {p.t_max}]), identical recipe: {p.steps} AdamW "
             f"steps, batch {p.batch_size}, rows of {p.seq_len} tokens, lr {p.lr} (warmup {p.warmup_steps}, "
-            f"{p.schedule} schedule), seed {p.seed}. Corpus: {p.text_source} ({files}; {p.tokenizer} tokens, vocab "
+            f"{p.schedule} schedule), {p.seeds} training seed(s) per model ({p.seed}..{p.seed + p.seeds - 1}; "
+            f"AR at depths >= {p.ar_min_depth}). Corpus: {p.text_source} ({files}; {p.tokenizer} tokens, vocab "
             f"{v.text_vocab}): {n_text} training tokens, {len(data.val_ids)} held out. Curriculum: steps 1..{p.text_steps} "
             f"text windows only; afterwards each row is with probability {p.p_repeated} random tokens ({ids}) in which "
             f"a segment of random length {p.min_half}..{p.seq_len // 2} at a random start repeats right after itself, "
             f"else a text window: {text_epochs(p, n_text):.2f} epochs of the training text seen in expectation. "
             f"Evaluation: {p.eval_seqs} fresh repeated sequences with distinct tokens per half, {p.per_seq} masked "
-            f"targets per sequence for the DLM; mask-rate probe on held-out text/repeat rows at rates in "
-            f"[{p.t_min}, {p.t_max}]; difference-of-means shift from rate {p.patch_high} into rate {p.patch_low}.")
+            f"targets per sequence for the DLM; the both-sides comparison also on {p.eval_seqs} repeats drawn from "
+            f"each of {p.few_ids} distinct ids (the count picked on the AR alone); mask-rate probe on held-out "
+            f"text/repeat rows at rates in [{p.t_min}, {p.t_max}]; difference-of-means shift from rate {p.patch_high} into rate {p.patch_low}.")
 
 
 def run(preset: str, out: Path, progress: bool = True) -> StudyResult:
@@ -299,21 +331,30 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
                                torch.Generator().manual_seed(p.seed + 2), p.min_half)
     text_tokens = mixed_batch(data.val_ids, p.probe_seqs // 2, p.seq_len, 0.0, data.lo, data.hi,
                               torch.Generator().manual_seed(p.seed + 3))
-    jobs = []
+    jobs, keys = [], []
     for L in p.depths:
         for obj in OBJECTIVES:
-            run_dir = out / "runs" / f"{obj}_L{L}"
-            _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(p), "objective": obj, "n_layers": L,
-                                       "text_vocab": v.text_vocab})
-            jobs.append((p, data, L, obj, run_dir, eval_tokens, probe_tokens, progress, text_tokens))
+            if obj == "ar" and L < p.ar_min_depth:
+                continue
+            for s in range(p.seeds):  # seed p.seed + s; seed 0's run folder keeps its old name
+                ps = dataclasses.replace(p, seed=p.seed + s)
+                run_dir = out / "runs" / (f"{obj}_L{L}" + (f"_s{s}" if s else ""))
+                _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(ps), "objective": obj, "n_layers": L,
+                                           "text_vocab": v.text_vocab})
+                jobs.append((ps, data, L, obj, run_dir, eval_tokens, probe_tokens, progress, text_tokens))
+                keys.append((f"{obj}_L{L}", s))
     measured = map_jobs(_train_and_analyse, jobs, default_workers(p.device), desc="induction models", progress=progress,
                         threads=p.threads)
-    models = {f"{obj}_L{L}": meas for (_, _, L, obj, *_), meas in zip(jobs, measured)}
+    models = group_seeds(keys, measured)
     trained = _LazyModels(p, data, out)
     claims = all_claims(models)
     steer = _steering(p, models, trained, probe_tokens, v.mask_id, progress)
     if steer is not None:
         claims.append(steering.steering_claim(steer))
+    else:  # every claim is written; this one was not run
+        claims.append(claim("mask_rate_steering", "Steering the mask-rate direction during threshold decoding",
+                            None, judgement=not_run("the preset runs no steering (steer_prompts 0) or trained no DLM")))
+    claims = with_seeds(claims, SEED_REFS)
     figures = [
         figs.context_bars(out, models),
         figs.attention_figure(out, _attention_examples(models, trained, eval_tokens, v.mask_id, p.seed)),

@@ -10,12 +10,13 @@ import torch
 from dlmlab.analysis import ablation, circuits, emergence, fold, head_sets, heads, induction, timestep
 from dlmlab.objectives.mdlm import corrupt
 from dlmlab.report.intervals import control_test
+from dlmlab.studies.induction import controls
 from dlmlab.studies.induction import heads_twoways as twoways
 from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD
 from dlmlab.studies.induction.presets import InductionPreset
 from dlmlab.tasks.repeated import RepeatedVocab
 
-N_RANDOM_CONTROLS = 200  # random head sets / random shifts per control (report.intervals.MIN_CONTROL_DRAWS)
+N_RANDOM_CONTROLS = 200  # the presets' control_draws: random head sets / shifts per control (MIN_CONTROL_DRAWS)
 FULL_RANGE = (0.0, 1.0)  # the study's mask rates: the probe is also fitted over the whole range
 LOCAL_RADIUS = 2  # the "local context" of a position: its neighbours at +-1 and +-2
 
@@ -108,6 +109,9 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
                              "per_seq": {c: induction.per_sequence(g[c], B) for c in induction.CONTEXTS}}
         head_input = lightly_masked(eval_tokens, mid, seed=p.seed)
         ablate_ref = induction.build_rows(eval_tokens, mid, "forward", "both", p.per_seq, seed=p.seed).noisy
+    lo_id = 0 if p.random_ids == "text" else vocab.lo
+    r["few_ids"] = controls.few_ids_accuracy(model, objective, p.few_ids, B, int(eval_tokens.shape[1]) // 2, lo_id,
+                                             mid, p.per_seq, p.seed)
     local = heads.local_offset_scores(model, head_input, LOCAL_RADIUS)  # {offset: [L, H]}
     r["prev_token_scores"], r["next_token_scores"] = local[-1], local[1]
     r["local_offset_scores"] = {str(o): v for o, v in local.items()}
@@ -138,9 +142,12 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         r["top_induction_head_zero_drop"] = float(drop_zero[layer, head])
         ind = head_sets.heads_above(scores, INDUCTION_THRESHOLD, min_layer=1)
         pool = head_sets.layer_pool(len(model.blocks), scores.shape[1], min_layer=1)
-        test = head_sets.set_ablation_test(model, metric, ind, pool, means, "mean", N_RANDOM_CONTROLS, seed=p.seed)
+        test = head_sets.set_ablation_test(model, metric, ind, pool, means, "mean", p.control_draws, seed=p.seed)
         r["induction_set_ablation"] = {**test.to_dict(), "threshold": INDUCTION_THRESHOLD,
                                        "pool": "every head of layers >= 1"}
+        per_seq = controls.per_seq_fn(objective, eval_tokens, mid, p.per_seq, p.seed)  # the rows of ``metric``
+        r["induction_set_ablation"]["per_seq"] = controls.set_ablation_per_seq(
+            model, per_seq, test.heads, test.random_sets, test.random_drops, means)
 
     # circuits on the folded (linear) model, and the folding gap
     folded, r["fold"] = fold_and_measure(model, objective, eval_tokens, ablate_ref, mid, metric, base)
@@ -148,6 +155,8 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
         comp = {k: circuits.composition_scores(folded, k) for k in circuits.COMPOSITIONS}
         li, hi_ = r["top_induction_head"]
         r["composition_into_top_head"] = {k: v[:, :, li, hi_] for k, v in comp.items()}  # [L, H] from earlier heads
+        fit = ablate_ref[: max(1, ablate_ref.shape[0] // 2)]  # the rows the trained model's fold used
+        r["composition_into_top_head_init"] = controls.composition_at_init(init, objective, fit, mid, li, hi_)
         r["composition_convention"] = ("TransformerLens: ||W_OV^1 W_QK^2||_F / (||W_OV^1||_F ||W_QK^2||_F) (Q), "
                                        "W_QK^2 transposed (K), on the LayerNorm-folded model")
     r["copying_scores"] = circuits.copying_scores(folded)
@@ -159,14 +168,18 @@ def analyse_model(model, objective: str, p: InductionPreset, vocab: RepeatedVoca
     if objective == "dlm":  # the mask-rate probe over the training range and over the study's full range
         rep = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed, t_range=(p.t_min, p.t_max))
         r["probe"] = {"points": rep.points, "r2": rep.r2, "train_r2": rep.train_r2, "r2_pooled": rep.r2_pooled,
-                      "r2_control": rep.r2_control, "t_range": [p.t_min, p.t_max]}
+                      "r2_control": rep.r2_control, "t_range": [p.t_min, p.t_max],
+                      "rmse": [controls.probe_rmse(x, probe_tokens, mid, p.seed, (p.t_min, p.t_max)) for x in rep.r2],
+                      "rmse_control": controls.probe_rmse(rep.r2_control[1], probe_tokens, mid, p.seed,
+                                                          (p.t_min, p.t_max))}
         full = timestep.mask_rate_probe(model, probe_tokens, mid, seed=p.seed, t_range=FULL_RANGE)
         r["probe_full_range"] = {"points": full.points, "r2": full.r2, "train_r2": full.train_r2,
                                  "r2_pooled": full.r2_pooled, "r2_control": full.r2_control,
                                  "t_range": list(FULL_RANGE)}
         r["patch"] = timestep.mean_shift_patch(model, probe_tokens, mid, rep.points[1], p.patch_low, p.patch_high,
-                                               N_RANDOM_CONTROLS, seed=p.seed)
-        r["patch"]["control"] = control_test(r["patch"]["delta"], r["patch"]["random_deltas"]).as_dict()
+                                               p.control_draws, seed=p.seed)
+        r["patch"]["control"] = control_test(r["patch"]["delta"], r["patch"]["random_deltas"],
+                                             min_draws=min(p.control_draws, N_RANDOM_CONTROLS)).as_dict()
 
     if run_dir is not None:
         ev_tokens = eval_tokens[: max(8, eval_tokens.shape[0] // 2)]

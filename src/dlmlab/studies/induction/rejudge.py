@@ -18,7 +18,9 @@ from pathlib import Path
 
 from dlmlab.report.claims import judgement_of
 from dlmlab.report.results import Table, markdown_table
+from dlmlab.report.seeds import with_seeds
 from dlmlab.studies.induction.claims import all_claims
+from dlmlab.studies.induction.seeds import SEED_REFS
 
 
 def fill_chance(results: dict, run_root: Path | None = None) -> dict:
@@ -41,7 +43,7 @@ def rejudge(results: dict, run_root: Path | None = None) -> list[list]:
     its folder, whose run folders give the chance level of older files)."""
     stored = {c["id"]: judgement_of(c).label() for c in results.get("claims", [])}
     return [[c.id, stored.get(c.id, "-"), c.judgement.label(), c.detail]
-            for c in all_claims(fill_chance(results, run_root))]
+            for c in with_seeds(all_claims(fill_chance(results, run_root)), SEED_REFS)]
 
 
 def main(argv: list[str] | None = None) -> int:
