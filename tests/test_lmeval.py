@@ -288,9 +288,21 @@ def test_llada_and_dream_folders_score_exactly_one_token_answers(tmp_path, kind)
     logits[V - 1] = -math.inf
     for c, s in zip("fg", scores):
         assert s.se == 0 and s.loglik == pytest.approx(float(logits.log_softmax(-1)[lm.tok_encode(c)[0]]), abs=1e-5)
-    # a longer continuation: a Monte Carlo estimate with its standard error, and generation runs
-    s = lm.score_pairs([(ctx, lm.tok_encode("fghij"))])[0]
-    assert math.isfinite(s.loglik) and s.se > 0
+    # a longer continuation: a Monte Carlo estimate with its standard error, within 4 of them of the exact ELBO
+    # computed here over all 2^5 - 1 masked subsets S of it (sum of log p at S, weighted 1 / (|S| C(5, |S|)))
+    cont = lm.tok_encode("fghij")
+    s = lm.score_pairs([(ctx, cont)])[0]
+    L, exact = len(cont), 0.0
+    with torch.no_grad():
+        for k in range(1, 2 ** L):
+            S = [i for i in range(L) if k >> i & 1]
+            out = lm.run.model(torch.tensor([ctx + [V - 1 if i in S else c for i, c in enumerate(cont)]]))
+            logits = (align_logits(out) if kind == "dream" else out)[0, len(ctx):].double()
+            logits[:, V - 1] = -math.inf
+            logp = logits.log_softmax(-1)
+            exact += sum(float(logp[i, cont[i]]) for i in S) / (len(S) * math.comb(L, len(S)))
+    assert s.se > 0 and abs(s.loglik - exact) < 4 * s.se, (s, exact)
+    # and generation runs
     from lm_eval.api.instance import Instance
 
     assert len(lm.generate_until([Instance("generate_until", {}, ("abc", {"max_gen_toks": 4}), 0)])) == 1
