@@ -217,6 +217,22 @@ def test_logit_lens_last_layer_is_the_models_logits(tokens):
     assert cache.logit_lens(positions=[-1]).logits.shape == (3, 3, 1, 23)
 
 
+def autograd_at(model, tokens, names, loss_fn) -> dict:
+    """The reference: d loss / d activation at each hook point, by retain_grad through a manual hook."""
+    seen = {}
+
+    def keep(x, hp):
+        if not x.requires_grad:
+            x = x.detach().requires_grad_(True)
+        x.retain_grad()
+        seen[hp.name] = x
+        return x
+
+    with model.hooks({n: keep for n in names}):
+        loss_fn(model(tokens)).backward()
+    return {n: x.grad for n, x in seen.items()}
+
+
 @pytest.mark.parametrize("frozen", [False, True])
 def test_grads_at_hook_points_equal_autograd(frozen, tokens):
     model = tiny_transformer()
@@ -229,20 +245,9 @@ def test_grads_at_hook_points_equal_autograd(frozen, tokens):
     logits, cache = model.run_with_cache(tokens, names, loss_fn=loss_fn)
     assert set(cache.grads) == set(names) and not logits.requires_grad
     assert all(p.grad is None for p in model.parameters())  # parameters' .grad left alone
-    # reference: retain_grad at the same points through a manual hook
-    seen = {}
-
-    def keep(x, hp):
-        if not x.requires_grad:
-            x = x.detach().requires_grad_(True)
-        x.retain_grad()
-        seen[hp.name] = x
-        return x
-
-    with model.hooks({n: keep for n in names}):
-        loss_fn(model(tokens)).backward()
+    seen = autograd_at(model, tokens, names, loss_fn)
     for n in names:
-        assert torch.allclose(cache.grads[n], seen[n].grad, atol=1e-6), n
+        assert torch.allclose(cache.grads[n], seen[n], atol=1e-6), n
     assert torch.equal(cache.grads["blocks.0.resid_post"], cache.grads["blocks.1.resid_pre"])
     model.zero_grad(set_to_none=True)
     # gradients for a subset only
@@ -256,9 +261,16 @@ def test_grads_at_hook_points_equal_autograd(frozen, tokens):
 
 def test_grads_on_a_mamba(tokens):
     model = mamba()
-    _, cache = model.run_with_cache(tokens, "blocks.*.resid_pre", loss_fn=lambda l: l[:, -1, 0].sum())
+
+    def loss_fn(logits):
+        return logits[:, -1, 0].sum()
+
+    _, cache = model.run_with_cache(tokens, "blocks.*.resid_pre", loss_fn=loss_fn)
     assert cache.grads["blocks.1.resid_pre"].shape == (3, 12, 16)
-    assert cache.grads["blocks.0.resid_pre"][:, -1].abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+    seen = autograd_at(model, tokens, ["blocks.0.resid_pre", "blocks.1.resid_pre"], loss_fn)
+    for n, g in seen.items():
+        assert torch.allclose(cache.grads[n], g, atol=1e-6) and g[:, -1].abs().sum() > 0, n
 
 
 def test_to_str_tokens():

@@ -1,6 +1,7 @@
 """The `dlmlab` command line: help text, one-line errors with exit code 2, train + eval end to end."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,7 @@ def test_train_then_eval_in_process(tmp_path, capsys):
     assert main(["train", str(cfg), "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(printed["eval"]) == {"nelbo", "ppl_bound"}
+    assert printed["eval"]["ppl_bound"] == pytest.approx(math.exp(printed["eval"]["nelbo"]), rel=1e-6)
     assert main(["eval", str(out)]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again == pytest.approx(printed["eval"])

@@ -169,5 +169,10 @@ def test_ablating_a_head_via_z(tokens):
     with torch.no_grad():
         with model.replace({"blocks.0.attn.z": kill_head_2}), model.cache(["blocks.0.attn.head_out"]) as c:
             model(tokens)
+        with model.cache(["blocks.0.attn.head_out"]) as clean:
+            model(tokens)
     assert c["blocks.0.attn.head_out"][:, :, 2].abs().max() == 0
-    assert c["blocks.0.attn.head_out"][:, :, 1].abs().max() > 0
+    # the other heads of the layer are the clean run's (and not zero)
+    others = [0, 1, 3]
+    assert torch.equal(c["blocks.0.attn.head_out"][:, :, others], clean["blocks.0.attn.head_out"][:, :, others])
+    assert clean["blocks.0.attn.head_out"][:, :, 2].abs().max() > 0

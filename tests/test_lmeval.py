@@ -141,8 +141,17 @@ def test_masked_diffusion_run_through_the_harness(mdlm_run):
     lm = DlmlabLM(path=str(mdlm_run), mc_num=4, batch_size=64, gen_steps=4, block_len=8)
     res = _evaluate(lm, TASKS, 2)
     s = _scores(res)
-    assert 0 <= s["dlmlab_reversal_mc"]["acc,none"] <= 1 and 0 <= s["dlmlab_repeat_gen"]["exact_match,strip"] <= 1
-    assert math.isfinite(s["dlmlab_wikitext2"]["bits_per_byte,none"])
+    # the scores from their definitions over the per-document loglikelihoods / generations our backend returned
+    mc, wt, gen = (res["samples"][t] for t in TASKS)
+    best = [max(range(len(x["resps"])), key=lambda i: x["resps"][i][0][0]) for x in mc]
+    assert s["dlmlab_reversal_mc"]["acc,none"] == sum(b == x["target"] for b, x in zip(best, mc)) / len(mc)
+    per_char = [max(range(len(x["resps"])), key=lambda i: x["resps"][i][0][0] / len(x["doc"]["choices"][i]))
+                for x in mc]  # acc_norm: the loglikelihood per character of the choice
+    assert s["dlmlab_reversal_mc"]["acc_norm,none"] == sum(b == x["target"] for b, x in zip(per_char, mc)) / len(mc)
+    hits = [x["filtered_resps"][0].strip() == x["target"].strip() for x in gen]
+    assert s["dlmlab_repeat_gen"]["exact_match,strip"] == sum(hits) / len(gen)
+    nats, n_bytes = -sum(x["resps"][0][0] for x in wt), sum(len(x["doc"]["page"].encode()) for x in wt)
+    assert s["dlmlab_wikitext2"]["bits_per_byte,none"] == pytest.approx(nats / n_bytes / math.log(2), rel=1e-9)
     kinds = {r["kind"] for r in lm.stats}
     assert {"loglikelihood", "rolling"} <= kinds
     report = lm.se_report()
@@ -279,9 +288,21 @@ def test_llada_and_dream_folders_score_exactly_one_token_answers(tmp_path, kind)
     logits[V - 1] = -math.inf
     for c, s in zip("fg", scores):
         assert s.se == 0 and s.loglik == pytest.approx(float(logits.log_softmax(-1)[lm.tok_encode(c)[0]]), abs=1e-5)
-    # a longer continuation: a Monte Carlo estimate with its standard error, and generation runs
-    s = lm.score_pairs([(ctx, lm.tok_encode("fghij"))])[0]
-    assert math.isfinite(s.loglik) and s.se > 0
+    # a longer continuation: a Monte Carlo estimate with its standard error, within 4 of them of the exact ELBO
+    # computed here over all 2^5 - 1 masked subsets S of it (sum of log p at S, weighted 1 / (|S| C(5, |S|)))
+    cont = lm.tok_encode("fghij")
+    s = lm.score_pairs([(ctx, cont)])[0]
+    L, exact = len(cont), 0.0
+    with torch.no_grad():
+        for k in range(1, 2 ** L):
+            S = [i for i in range(L) if k >> i & 1]
+            out = lm.run.model(torch.tensor([ctx + [V - 1 if i in S else c for i, c in enumerate(cont)]]))
+            logits = (align_logits(out) if kind == "dream" else out)[0, len(ctx):].double()
+            logits[:, V - 1] = -math.inf
+            logp = logits.log_softmax(-1)
+            exact += sum(float(logp[i, cont[i]]) for i in S) / (len(S) * math.comb(L, len(S)))
+    assert s.se > 0 and abs(s.loglik - exact) < 4 * s.se, (s, exact)
+    # and generation runs
     from lm_eval.api.instance import Instance
 
     assert len(lm.generate_until([Instance("generate_until", {}, ("abc", {"max_gen_toks": 4}), 0)])) == 1

@@ -84,9 +84,20 @@ def test_lambada_local_file_and_skip(tmp_path, monkeypatch):
     assert find_lambada() is None
 
 
-def test_speed_helpers():
+def test_speed_helpers(monkeypatch):
+    import types
+
+    import dlmlab.metrics.speed as speed
+
     hist = [{"step": 10, "eval_ppl": 9.0}, {"step": 20}, {"step": 30, "eval_ppl": 4.0}, {"step": 40, "eval_ppl": 3.0}]
     assert steps_to_threshold(hist, "eval_ppl", 5.0) == 30
     assert steps_to_threshold(hist, "eval_ppl", 1.0) is None
-    r = tokens_per_second(lambda: sum(range(1000)), n_tokens=100, repeats=3)
-    assert r["tokens_per_s"] > 0 and len(r["times_s"]) == 3
+    # a clock that each call advances by a known time: one untimed warm-up call, then three timed ones
+    clock, took = [0.0], iter([0.5, 0.2, 0.4, 0.3])
+
+    def fn():
+        clock[0] += next(took)
+
+    monkeypatch.setattr(speed, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    r = tokens_per_second(fn, n_tokens=100, repeats=3)
+    assert r["times_s"] == pytest.approx([0.2, 0.4, 0.3]) and r["tokens_per_s"] == pytest.approx(100 / 0.3)  # median

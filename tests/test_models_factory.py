@@ -36,7 +36,11 @@ def test_study_shape_counts_are_matched():
     counts = {r["arch"]: r["params"] for r in rows}
     assert set(counts) == set(ARCHITECTURES)
     ref = counts["transformer"]
-    assert 800_000 < ref < 860_000
+    # by hand, GPT-2 style (learned positions up to 256, tied input embedding, untied 6-way head without bias):
+    # each block has two LayerNorms (2 x 2d), Q/K/V/O with biases (4 (d^2 + d)) and a 4d MLP with biases
+    d, n = 128, 4
+    block = 2 * 2 * d + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    assert ref == 8 * d + 256 * d + n * block + 2 * d + 6 * d == 827_904
     for arch, n in counts.items():
         assert abs(n - ref) / ref < 0.02, (arch, n, ref)
     # the meta-device count is the real count

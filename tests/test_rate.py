@@ -90,7 +90,11 @@ def test_store_win_rates(tmp_path):
     assert (rates["ar"].wins, rates["ar"].ties, rates["ar"].win_rate) == (1, 1, 0.75)
     assert (rates["mdlm"].losses, rates["mdlm"].ties, rates["mdlm"].win_rate) == (2, 1, pytest.approx(1 / 6))
     lo, hi = rates["ar"].ci95
-    assert 0 <= lo < 0.75 < hi <= 1
+    # Wilson's interval: the two rates q whose score test just passes at 95%, the roots of n (p - q)^2 = z^2 q (1 - q)
+    # (here p = 0.75 from n = 2 comparisons, z = 1.96; neither root is clipped to [0, 1])
+    assert lo < 0.75 < hi
+    for q in (lo, hi):
+        assert 2 * (0.75 - q) ** 2 == pytest.approx(1.96 ** 2 * q * (1 - q), abs=1e-12)
     assert [w.method for w in store.win_rates()] == ["prediff", "ar", "mdlm"]
     assert store.head_to_head()[("ar", "mdlm")] == (1, 1, 0)
 

@@ -19,6 +19,11 @@ TUTORIAL = REPO / "docs" / "tutorial.md"
 _BLOCK = re.compile(r"^(?:<!-- needs: ([\w-]+) -->\n)?```(bash|python)\n(.*?)^```", re.S | re.M)
 
 
+# the tutorial trains two 150-step models (90 s on the loaded 2-core machine, 40 s more for its lm-eval
+# blocks): outside `make test-fast`, run by CI
+STUDY = pytest.mark.study
+
+
 def blocks(text: str) -> list[tuple[str, str, str | None]]:
     """(language, code, what it needs or None) of the fenced bash / python blocks, in order."""
     return [(m.group(2), m.group(3), m.group(1)) for m in _BLOCK.finditer(text)]
@@ -70,6 +75,7 @@ def tutorial(tmp_path_factory):
     return folder, ns, found
 
 
+@STUDY
 def test_tutorial_runs(tutorial):
     folder, ns, found = tutorial
     assert {lang for lang, _, _ in found} == {"bash", "python"}
@@ -78,6 +84,7 @@ def test_tutorial_runs(tutorial):
     assert ns["report"].points[0] == "blocks.0.resid_pre"     # the last python block ran
 
 
+@STUDY
 def test_tutorial_says_what_its_tiny_models_show(tutorial):
     """Section 4 says the tiny models show no induction head: the AR model copies at most a little above chance
     and no layer-1 head attends to the earlier copy's next token at 5x the uniform level.  If a config change
@@ -99,6 +106,7 @@ def _lm_eval_missing() -> str | None:
     return None
 
 
+@STUDY
 def test_tutorial_lm_eval_blocks(tutorial):
     folder, ns, found = tutorial
     extra = [(i, lang, code) for i, (lang, code, need) in enumerate(found) if need == "lm-eval"]
