@@ -38,6 +38,19 @@ def _commit() -> str:
         return "unknown"
 
 
+def _recorded_wall(out: Path, run: str) -> float | None:
+    """The wall time of an existing output folder's command: a study's ``results.json`` records it; for a training
+    run, from its ``config.json`` (written when it starts) to its latest checkpoint; ``None`` when neither is there."""
+    res = out / "results.json"
+    if res.is_file():
+        return json.loads(res.read_text()).get("wall_time_s")
+    ck = latest_checkpoint(out / run)
+    start = out / run / "config.json"
+    if ck is not None and start.is_file():
+        return (ck / "state.json").stat().st_mtime - start.stat().st_mtime
+    return None
+
+
 def curve(run_dir: Path) -> list[dict]:
     """[{"step", "loss"}] of a run's ``metrics.jsonl`` (the training rows)."""
     rows = []
@@ -124,14 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         if key not in done:
             out = work / r.slug
             t0 = time.perf_counter()
-            if not (a.reuse and latest_checkpoint(out / r.run) is not None):
+            if a.reuse and latest_checkpoint(out / r.run) is not None:
+                wall = _recorded_wall(out, r.run)
+            else:
                 cmd = [c.replace("{out}", str(out)) for c in r.command]
                 cmd[0] = str(Path(sys.executable).with_name(cmd[0])) if cmd[0] == "dlmlab" else cmd[0]
                 print(f"[zoo] {name}: {' '.join(r.command)}", flush=True)
                 subprocess.run(cmd, cwd=REPO, check=True)
-            done[key] = (out, time.perf_counter() - t0)
+                wall = time.perf_counter() - t0
+            done[key] = (out, wall)
         out, wall = done[key]
-        info = export(name, r, out / r.run, round(wall, 1))
+        info = export(name, r, out / r.run, None if wall is None else round(wall, 1))
         print(f"[zoo] {name}: exported step {info['step']}: " +
               ", ".join(f"{k} {v:.4g}" for k, v in info["shows"].items()), flush=True)
     if a.docs:

@@ -34,7 +34,17 @@ def _shakespeare(objective: str, what: str) -> Recipe:
               "text_len": 128, "n_val": 32})
 
 
+def _induction(objective: str, what: str) -> Recipe:
+    return Recipe(description=what, command=["dlmlab", "reproduce", "induction", "--preset", "cpu", "--out", "{out}"],
+                  run=f"runs/{objective}_L2", measure="induction", eval={"n_seq": 64, "seq_len": 64, "lo": 0, "seed": 0})
+
+
 RECIPES: dict[str, Recipe] = {
+    "induction_ar": _induction("ar", "the induction study's two-layer attention-only AR transformer (cpu recipe, seed "
+                                     "0): a previous-token head in layer 0 and an induction head in layer 1"),
+    "induction_dlm": _induction("dlm", "the induction study's two-layer attention-only masked-diffusion transformer "
+                                       "(cpu recipe, seed 0), matched to induction_ar: previous- and next-token heads "
+                                       "in layer 0, an induction head in layer 1"),
     "shakespeare_ar": _shakespeare("ar", "character-level AR transformer with MLPs on Tiny Shakespeare (3 layers, "
                                          "d_model 128, 4 heads), the AR twin of shakespeare_mdlm"),
     "shakespeare_mdlm": _shakespeare("mdlm", "character-level masked-diffusion (MDLM) transformer with MLPs on Tiny "
