@@ -98,14 +98,16 @@ def _runs(m: dict) -> list[dict]:
     return [m, *({**r, "seed_index": s} for s, r in enumerate(m.get("seed_runs", []), 1))]
 
 
-def _items_iv(values: list[float] | list[list[float]] | None, mean: float | None = None) -> Interval:
+def _items_iv(values: list[float] | list[list[float]] | None, mean: float | None = None,
+              bounds: tuple[float, float] | None = None) -> Interval:
     """Interval of a per-sequence quantity: ``values`` [N] (one seed: t over sequences) or [S, N] (S >= 2
-    training seeds: Student-t over the seed means); without per-sequence values: no interval."""
+    training seeds: Student-t over the seed means); without per-sequence values: no interval; ``bounds``: the
+    quantity's range (an accuracy's (0, 1)), to which the interval is clipped."""
     if values is not None and values and not isinstance(values[0], list):
         values = [values]
     if values is not None and all(v is not None and len(v) >= 2 for v in values) \
             and len({len(v) for v in values}) == 1:
-        return hierarchical_ci(values)
+        return hierarchical_ci(values, bounds=bounds)
     m = float("nan") if mean is None else float(mean)
     return Interval(m, float("nan"), float("nan"), 1, "none", unit="items")
 
@@ -326,7 +328,7 @@ def two_layers_needed(models: dict, low: float = NO_INDUCTION, gain: float = 0.3
         if pre is not None:
             parts.append(pre)
             continue
-        iv = _items_iv([_per_seq(r, "forward", _headline_context(r)) for r in _runs(one[0])], a1)
+        iv = _items_iv([_per_seq(r, "forward", _headline_context(r)) for r in _runs(one[0])], a1, bounds=(0, 1))
         ev[f"{obj}_L1_interval"] = _fmt(iv)
         j = interval_verdict(iv, -1, low, f"{obj} one-layer forward accuracy")
         if j.verdict == "reproduced" and _headline(best) < a1 + gain:

@@ -267,7 +267,7 @@ def _per_seed(real: dict, kind: str, pe: str, key: str) -> list[float]:
 
 def real_table(real: dict) -> Table:
     pes = list(dict.fromkeys(r["positions"] for r in real["runs"]))
-    ci = lambda kind, pe, key: mean_ci(_per_seed(real, kind, pe, key)).fmt()  # noqa: E731
+    ci = lambda kind, pe, key: mean_ci(_per_seed(real, kind, pe, key), bounds=(0, 1)).fmt()  # noqa: E731 (accuracies)
     mean = lambda kind, pe, key: float(np.mean(_per_seed(real, kind, pe, key)))  # noqa: E731
     rows = [[kind.upper(), pe, ci(kind, pe, "forward_train_acc_per_token"), ci(kind, pe, "forward_acc"),
              ci(kind, pe, "reverse_acc"), ci(kind, pe, "forward_acc_per_token"), ci(kind, pe, "reverse_acc_per_token"),

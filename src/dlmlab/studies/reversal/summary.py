@@ -72,9 +72,15 @@ def summarize(runs: list[dict], kinds, positions, train_distances: list[int] | N
     return out
 
 
+#: metrics that are accuracies or probabilities: their intervals are clipped to [0, 1] (report.intervals.clip)
+BOUNDED = ("fwd_acc", "fwd_p", "rev_acc", "rev_p", "initial_rev_p", "rev_auc")
+
+
 def group(seeds: list[int], values: dict[str, list[float]]) -> dict:
-    """One summary entry: per-seed ``values`` (lists in the order of ``seeds``) and their intervals."""
-    return {"seeds": list(seeds), "values": values, "ci": {k: mean_ci(x).as_dict() for k, x in values.items()}}
+    """One summary entry: per-seed ``values`` (lists in the order of ``seeds``) and their intervals (those of the
+    :data:`BOUNDED` metrics clipped to [0, 1])."""
+    return {"seeds": list(seeds), "values": values,
+            "ci": {k: mean_ci(x, bounds=(0, 1) if k in BOUNDED else None).as_dict() for k, x in values.items()}}
 
 
 def vals(summary: dict, kind: str, pe: str, key: str) -> list[float]:
