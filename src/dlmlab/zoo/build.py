@@ -61,9 +61,11 @@ def curve(run_dir: Path) -> list[dict]:
     return rows
 
 
-def export(name: str, recipe: Recipe, run_dir: Path, wall_time_s: float | None, dest_root: Path = ROOT) -> dict:
+def export(name: str, recipe: Recipe, run_dir: Path, wall_time_s: float | None, dest_root: Path = ROOT,
+           commit: str | None = None) -> dict:
     """Copy ``run_dir``'s latest checkpoint (no optimizer state) and curve to ``dest_root/name``, measure it,
-    write its ``zoo.json``; returns the zoo.json dict."""
+    write its ``zoo.json`` (``commit``: the code that trained it; default this checkout's); returns the zoo.json
+    dict."""
     import dlmlab
     from dlmlab.zoo import measure
 
@@ -83,7 +85,7 @@ def export(name: str, recipe: Recipe, run_dir: Path, wall_time_s: float | None, 
     (tmp / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve(run_dir)))
     shows = getattr(measure, recipe.measure)(dlmlab.load(tmp), recipe.eval)
     info = {"name": name, "description": recipe.description, "command": recipe.command, "run": recipe.run,
-            "measure": recipe.measure, "eval": recipe.eval, "commit": _commit(),
+            "measure": recipe.measure, "eval": recipe.eval, "commit": commit or _commit(),
             "trained": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "wall_time_s": wall_time_s,
             "step": state.get("step"), "shows": shows}
     atomic_write_text(tmp / "zoo.json", strict_json(info, indent=1))
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="runs/zoo", help="folder for the training runs (default runs/zoo)")
     ap.add_argument("--reuse", action="store_true", help="export a command's existing run instead of retraining")
     ap.add_argument("--docs", default="docs/zoo.md", help="markdown page whose zoo table is rewritten afterwards")
+    ap.add_argument("--commit", help="with --reuse: the commit that trained the reused runs (default: this checkout's)")
     a = ap.parse_args(argv)
     unknown = sorted(set(a.names) - set(RECIPES))
     if unknown:
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 wall = time.perf_counter() - t0
             done[key] = (out, wall)
         out, wall = done[key]
-        info = export(name, r, out / r.run, None if wall is None else round(wall, 1))
+        info = export(name, r, out / r.run, None if wall is None else round(wall, 1), commit=a.commit)
         print(f"[zoo] {name}: exported step {info['step']}: " +
               ", ".join(f"{k} {v:.4g}" for k, v in info["shows"].items()), flush=True)
     if a.docs:
