@@ -85,6 +85,19 @@ def test_tutorial_runs(tutorial):
 
 
 @STUDY
+def test_tutorial_zoo_section_shows_the_circuit_it_describes(tutorial):
+    """Section 0 says the zoo's induction DLM has layer-0 previous- and next-token heads scoring near 1, a layer-1
+    induction head (above the induction study's fixed threshold, 0.3) and fills the masked half far above chance."""
+    from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD
+
+    _, ns, _ = tutorial
+    heads = ns["zoo_heads"]
+    assert heads["previous-token"][2] > 0.9 and heads["next-token"][2] > 0.9, heads
+    assert heads["induction"][2] > INDUCTION_THRESHOLD, heads
+    assert ns["zoo_acc"] > 10 / ns["dlm"].tokenizer.vocab_size, ns["zoo_acc"]
+
+
+@STUDY
 def test_tutorial_says_what_its_tiny_models_show(tutorial):
     """Section 4 says the tiny models show no induction head: the AR model copies at most a little above chance
     and no layer-1 head attends to the earlier copy's next token at 5x the uniform level.  If a config change

@@ -86,3 +86,16 @@ def test_the_docs_table_is_the_zoo_as_shipped():
 
     text = (REPO / "docs" / "zoo.md").read_text()
     assert text.split(DOCS_BEGIN, 1)[1].split(DOCS_END, 1)[0].strip() == docs_table().strip()
+
+
+def test_the_induction_pair_has_the_circuit_its_description_names():
+    """zoo:induction_ar: a layer-0 previous-token head and a layer-1 induction head; zoo:induction_dlm: layer-0
+    previous- and next-token heads and a layer-1 induction head (above the study's fixed threshold), and both
+    copy the repeated half far above chance.  (Their numbers are pinned above; this pins what they mean.)"""
+    from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD, PREV_NEXT_THRESHOLD
+
+    ar, dlm = entry("induction_ar").shows, entry("induction_dlm").shows
+    assert ar["prev_token_head_layer0"] > PREV_NEXT_THRESHOLD and ar["induction_head_score"] > INDUCTION_THRESHOLD
+    assert dlm["prev_token_head_layer0"] > PREV_NEXT_THRESHOLD and dlm["next_token_head_layer0"] > PREV_NEXT_THRESHOLD
+    assert dlm["induction_head_score"] > INDUCTION_THRESHOLD
+    assert ar["forward_induction_accuracy"] > 0.5 and dlm["forward_induction_accuracy"] > 0.5
