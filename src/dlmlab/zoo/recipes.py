@@ -40,8 +40,13 @@ def _induction(objective: str, what: str) -> Recipe:
 
 
 RECIPES: dict[str, Recipe] = {
-    "induction_ar": _induction("ar", "the induction study's two-layer attention-only AR transformer (cpu recipe, seed "
-                                     "0): a previous-token head in layer 0 and an induction head in layer 1"),
+    "induction_ar": Recipe(
+        description="the induction study's two-layer attention-only AR transformer, matched to induction_dlm (cpu "
+                    "recipe, seed 0) but trained 40000 steps instead of 22000 (at 22000 the cpu run's AR had formed "
+                    "no induction circuit): a previous-token head in layer 0 and an induction head in layer 1",
+        command=["python", "-m", "dlmlab.zoo.induction_model", "--objective", "ar", "--layers", "2", "--steps",
+                 "40000", "--out", "{out}", "--no-progress"],
+        run="run", measure="induction", eval={"n_seq": 64, "seq_len": 64, "lo": 0, "seed": 0}),
     "induction_dlm": _induction("dlm", "the induction study's two-layer attention-only masked-diffusion transformer "
                                        "(cpu recipe, seed 0), matched to induction_ar: previous- and next-token heads "
                                        "in layer 0, an induction head in layer 1"),
