@@ -2,8 +2,8 @@
 
     python -m dlmlab.zoo.build [NAME ...] [--work runs/zoo] [--reuse]
 
-For each recipe (:data:`dlmlab.zoo.recipes.RECIPES`) the command (``dlmlab`` / ``python``: this environment's)
-runs from the repository root with its output
+For each recipe (:data:`dlmlab.zoo.recipes.RECIPES`) the command (``dlmlab``: this environment's) runs from the
+repository root with its output
 folder under ``--work`` (entries that share a command run it once; ``--reuse`` skips a command whose output
 folder already holds the run), then :func:`export` copies the run's latest checkpoint without its optimizer
 state, its training curve and the measurements of :mod:`dlmlab.zoo.measure` into ``src/dlmlab/zoo/models/NAME``.
@@ -145,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 wall = _recorded_wall(out, r.run)
             else:
                 cmd = [c.replace("{out}", str(out)) for c in r.command]
-                cmd[0] = {"dlmlab": str(Path(sys.executable).with_name("dlmlab")), "python": sys.executable}.get(
-                    cmd[0], cmd[0])
+                cmd[0] = str(Path(sys.executable).with_name(cmd[0])) if cmd[0] == "dlmlab" else cmd[0]
                 print(f"[zoo] {name}: {' '.join(r.command)}", flush=True)
                 subprocess.run(cmd, cwd=REPO, check=True)
                 wall = time.perf_counter() - t0

@@ -35,20 +35,18 @@ def _shakespeare(objective: str, what: str) -> Recipe:
 
 
 def _induction(objective: str, what: str) -> Recipe:
+    """The cpu run's depth-2 model of seed 1 (the seed whose AR and DLM both formed their circuit in the run the
+    zoo was exported from; its seed-0 AR had not at 22000 steps)."""
     return Recipe(description=what, command=["dlmlab", "reproduce", "induction", "--preset", "cpu", "--out", "{out}"],
-                  run=f"runs/{objective}_L2", measure="induction", eval={"n_seq": 64, "seq_len": 64, "lo": 0, "seed": 0})
+                  run=f"runs/{objective}_L2_s1", measure="induction", eval={"n_seq": 64, "seq_len": 64, "lo": 0, "seed": 0})
 
 
 RECIPES: dict[str, Recipe] = {
-    "induction_ar": Recipe(
-        description="the induction study's two-layer attention-only AR transformer, matched to induction_dlm (cpu "
-                    "recipe, seed 0) but trained 40000 steps instead of 22000 (at 22000 the cpu run's AR had formed "
-                    "no induction circuit): a previous-token head in layer 0 and an induction head in layer 1",
-        command=["python", "-m", "dlmlab.zoo.induction_model", "--objective", "ar", "--layers", "2", "--steps",
-                 "40000", "--out", "{out}", "--no-progress"],
-        run="run", measure="induction", eval={"n_seq": 64, "seq_len": 64, "lo": 0, "seed": 0}),
+    "induction_ar": _induction("ar", "the induction study's two-layer attention-only AR transformer (cpu recipe, "
+                                     "seed 1), matched to induction_dlm: an induction head in layer 1 (its best "
+                                     "layer-0 previous-token score is in its shows)"),
     "induction_dlm": _induction("dlm", "the induction study's two-layer attention-only masked-diffusion transformer "
-                                       "(cpu recipe, seed 0), matched to induction_ar: previous- and next-token heads "
+                                       "(cpu recipe, seed 1), matched to induction_ar: previous- and next-token heads "
                                        "in layer 0, an induction head in layer 1"),
     "shakespeare_ar": _shakespeare("ar", "character-level AR transformer with MLPs on Tiny Shakespeare (3 layers, "
                                          "d_model 128, 4 heads), the AR twin of shakespeare_mdlm"),
