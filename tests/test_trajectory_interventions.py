@@ -7,31 +7,12 @@ import pytest
 import torch
 
 from dlmlab.errors import UserError
-from dlmlab.models import Transformer, TransformerConfig
 from dlmlab.sampling import DecodeConfig, generate
 from dlmlab.sampling.interventions import Intervention
 from dlmlab.sampling.patching import patch_trajectory
 from dlmlab.sampling.trajectory_cache import generate_with_cache
 
-V, MASK, P, G = 30, 29, 5, 12
-POINT = "blocks.0.resid_post"
-
-
-def _model():
-    torch.manual_seed(0)
-    cfg = TransformerConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, d_mlp=64, max_seq_len=64,
-                            attn_mask="bidirectional", positions="rope")
-    return Transformer(cfg).eval()
-
-
-def _prompt(B=3):
-    return torch.randint(0, MASK, (B, P), generator=torch.Generator().manual_seed(1))
-
-
-def _run(m, cfg, ivs=None, seed=2):
-    return generate(m, _prompt(), G, cfg, torch.Generator().manual_seed(seed), mask_id=MASK, record=True,
-                    interventions=ivs)
-
+from traj_util import G, MASK, P, POINT, V, _model, _prompt, _run  # noqa: F401
 
 def _same(a, b) -> bool:
     return torch.equal(a.tokens, b.tokens) and torch.equal(a.entropy.nan_to_num(-1), b.entropy.nan_to_num(-1))
