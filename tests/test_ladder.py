@@ -50,3 +50,13 @@ def test_table_and_figure(tmp_path):
     assert t.rows[1][4].startswith(UNDETERMINED) and t.columns[-1] == "trend (largest vs smallest size)"
     fig = ladder_figure(st, tmp_path)
     assert (tmp_path / fig["path"]).stat().st_size > 1000
+
+
+def test_a_statistic_with_no_finite_value_still_draws(tmp_path):
+    """A ladder row whose quantity is NaN at every size (no seed learned) gets a labelled empty panel, not a
+    log-axis error."""
+    nan = float("nan")
+    st = [LadderStat("cosine after learning", {32: [nan, nan], 64: [nan, nan]}, study_value=0.6),
+          LadderStat("acc", {32: [0.1, 0.2], 64: [0.3, 0.4]})]
+    fig = ladder_figure(st, tmp_path, "empty")
+    assert (tmp_path / fig["path"]).stat().st_size > 1000 and trend(st[0]).label == UNDETERMINED

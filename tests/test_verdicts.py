@@ -376,7 +376,14 @@ def test_induction_verdicts():
 
     ok = {c.id: c for c in C.all_claims({"ar_L1": _ar(1, 0.05), "dlm_L1": _dlm(1, 0.05), "ar_L2": _ar(acc=0.93),
                                           "dlm_L2": _dlm()})}
-    assert all(v(c) == ("reproduced", None) for c in ok.values()), {k: c.verdict for k, c in ok.items()}
+    # issue 34's definitions need measurements these fixtures (an older run's) lack: the few-id evaluation, the
+    # per-sequence set ablations, the probe's RMSE and full-range R^2, composition at initialisation; without them
+    # those claims are never reproduced (tests/test_induction_claims.py judges them on the new measurements)
+    new_data = {"dlm_beats_ar_with_both_sides", "induction_heads_ablation_drop", "mask_rate_probe_r2",
+                "q_and_k_composition_in_induction_heads"}
+    assert all(v(c) == ("reproduced", None) for k, c in ok.items() if k not in new_data), \
+        {k: c.verdict for k, c in ok.items()}
+    assert all(ok[k].verdict != "reproduced" for k in new_data)
     # heads absent in a model that learned: contradicted; in one at chance: precondition
     same_head = {"next_token_scores": [[0.9, 0.1, 0.0, 0.0]]}
     assert v(C.prev_and_next_token_heads_in_layer0({"dlm_L2": _dlm(**same_head)})) == ("contradicted", None)
@@ -385,9 +392,6 @@ def test_induction_verdicts():
     # the smoke run: both models at chance
     assert v(C.dlm_beats_ar_with_both_sides({"ar_L2": _ar(acc=0.03), "dlm_L2": _dlm(acc=0.02)})) == \
         ("inconclusive", "precondition")
-    # forward targets: a learned DLM below a learned AR (still below ceiling) contradicts
-    assert v(C.dlm_beats_ar_with_both_sides({"ar_L2": _ar(acc=0.94), "dlm_L2": _dlm(acc=0.91)})) == \
-        ("contradicted", None)
     left_high = _dlm(accuracy_per_seq={"forward": {"left": _seq(0.99), "both": _seq(0.99)}})
     assert v(C.left_only_not_better_than_ar({"ar_L2": _ar(acc=0.91), "dlm_L2": left_high})) == ("contradicted", None)
     bad = {d: {"left": 1.0, "right": 1.0, "both": 3.0, "ratio": 1.5,
@@ -400,16 +404,13 @@ def test_induction_verdicts():
     assert v(C.two_layers_needed({"ar_L1": _ar(1, 0.03), "dlm_L1": _dlm(1, 0.03), "ar_L2": _ar(acc=0.03),
                                   "dlm_L2": _dlm(acc=0.03)})) == ("inconclusive", "precondition")
     assert v(C.two_layers_needed({"ar_L2": _ar(), "dlm_L2": _dlm()})) == ("inconclusive", "not_run")
-    # head-set ablation: no better than the control sets contradicts; none learned leaves it unevaluated
-    base = _dlm()["induction_set_ablation"]
-    weak = {"induction_set_ablation": {**base, "random_drops": [0.7] * 200}}
-    assert v(C.induction_heads_ablation_drop({"dlm_L2": _dlm(**weak)})) == ("contradicted", None)
+    # (the contradicted cases of the four claims issue 34 redefined are in tests/test_induction_claims.py)
+    # head-set ablation: none learned leaves it unevaluated
     none = C.induction_heads_ablation_drop({"dlm_L2": _dlm(acc=0.1)})
     assert v(none) == ("inconclusive", "precondition") and none.holds is None
     assert v(C.induction_heads_ablation_drop({"dlm_L1": _dlm(1)})) == ("inconclusive", "not_run")
     # mask-rate read-out and patch: the model must have learned first; then a miss is a contradiction
     low_r2 = {"probe": {"r2": [0.2, 0.68, 0.9], "r2_control": [0.0, 0.7, 0.0], "r2_pooled": [0.5, 0.9, 0.9]}}
-    assert v(C.mask_rate_probe_r2({"dlm_L2": _dlm(**low_r2)})) == ("contradicted", None)
     assert v(C.mask_rate_probe_r2({"dlm_L2": _dlm(acc=0.03, **low_r2)})) == ("inconclusive", "precondition")
     patch = {"patch": {**_dlm()["patch"], "delta": -0.06, "random_p95": 0.03}}
     assert v(C.mask_rate_patch_raises_entropy({"dlm_L2": _dlm(**patch)})) == ("contradicted", None)
@@ -420,6 +421,5 @@ def test_induction_verdicts():
     flat = {k: 0.99 for k in flat}
     assert v(C.local_window_sensitivity({"dlm_L2": _dlm(local_window=flat)})) == ("contradicted", None)
     comp = {"composition_into_top_head": {"Q": [[0.1, 0.1, 0.9, 0.2], [0] * 4], "K": [[0.3, 0.3, 0.2, 0.1], [0] * 4]}}
-    assert v(C.q_and_k_composition_in_induction_heads({"dlm_L2": _dlm(**comp)})) == ("contradicted", None)
     assert v(C.q_and_k_composition_in_induction_heads({"dlm_L2": _dlm(acc=0.03, **comp)})) == \
         ("inconclusive", "precondition")

@@ -148,7 +148,11 @@ def ladder_figure(stats_: Sequence[LadderStat], out_dir: str | Path, name: str =
         if st.study_value is not None:
             ax.axhline(st.study_value, color="C3", ls=":", lw=1.2, label="study")
             ax.legend(fontsize=7)
-        ax.set_xscale("log")
+        if not np.isfinite(m).any():  # nothing measured at any size (e.g. no seed learned): say so, no log axis
+            ax.text(0.5, 0.5, "no finite value at any size", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=8)
+        else:
+            ax.set_xscale("log")
         ax.set_xlabel(st.size_label)
         ax.set_title(f"{st.name}\n{trend(st).label}", fontsize=8)
     return save_figure(fig, out_dir, name, caption)
