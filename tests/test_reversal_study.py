@@ -1,6 +1,7 @@
 """The reversal study end to end (smoke preset) and its presets."""
 
 import dataclasses
+import re
 import json
 
 import pytest
@@ -126,6 +127,7 @@ def test_smoke_numbers_are_recomputed_from_the_runs(smoke):
     from dlmlab.report.claims import (REPRODUCED, combine, contradicted, learned_level, precondition_failed,
                                       verdict_from_interval)
     from value_util import assert_interval, same, t_interval
+    from dlmlab.studies.reversal.summary import BOUNDED
 
     data = json.loads((smoke / "results.json").read_text())
     res, cfg = data["results"], data["config"]
@@ -140,7 +142,7 @@ def test_smoke_numbers_are_recomputed_from_the_runs(smoke):
             assert entry["seeds"] == seeds
             for key, x in vals.items():
                 assert same(_nan(entry["values"][key]), x), (kind, pe, key)
-                assert_interval(_nan(entry["ci"][key]), x)
+                assert_interval(_nan(entry["ci"][key]), x, bounds=(0, 1) if key in BOUNDED else None)
     chance, pair_chance = res["chance"], res["pair"]["chance"]
     assert chance == res["runs"][0]["chance"] and pair_chance == res["pair"]["runs"][0]["chance"]
     pes, order = cfg["positions"], [pe for pe in ("alibi", "rope", "learned") if pe in cfg["positions"]]
@@ -194,7 +196,8 @@ def test_smoke_numbers_are_recomputed_from_the_runs(smoke):
         # every interval in the evidence is one recomputed here, and nothing else is
         assert {k[:-5] for k in ev if k.endswith("_mean")} == set(want_ev[cid]), cid
         for name, x in want_ev[cid].items():
-            assert_interval(ev, x, prefix=f"{name}_")
+            bounded = re.fullmatch(r"(forward_acc|reverse_acc|reverse_p)_[a-z]+", name)  # an accuracy / probability
+            assert_interval(ev, x, prefix=f"{name}_", bounds=(0, 1) if bounded else None)
         j = combine(parts[cid])
         assert (claims[cid]["verdict"], claims[cid]["reason"]) == (j.verdict, j.reason), (cid, claims[cid]["detail"])
     assert claims["arm_fails_reverse"]["evidence"]["learned_level"] == learned_level(chance)
@@ -202,7 +205,11 @@ def test_smoke_numbers_are_recomputed_from_the_runs(smoke):
         t_interval(want_ev["pe_ordering"][f"reverse_acc_{a}_minus_{b}"])[1] > 0 for a, b in zip(order, order[1:]))
     # the study's tables quote the same intervals
     table = data["tables"][0]
-    fmt = lambda x: "{:.3f} [{:.3f}, {:.3f}] (n={} seeds, t)".format(*t_interval(x))  # noqa: E731
+    def fmt(x):  # an accuracy's interval, clipped to [0, 1] (and saying so) where it runs outside
+        m, lo, hi, n = t_interval(x)
+        clipped = lo < 0 or hi > 1
+        return "{:.3f} [{:.3f}, {:.3f}] (n={} seeds, t{})".format(m, max(lo, 0.0), min(hi, 1.0), n,
+                                                                  ", clipped to [0, 1]" if clipped else "")
     for row in table["rows"]:
         kind = {"MDM": "mdm", "ARM": "arm"}[row[0]]
         assert row[2:4] == [fmt(G[kind, row[1]]["fwd_acc"]), fmt(G[kind, row[1]]["rev_acc"])], row

@@ -38,10 +38,13 @@ def same(a, b, rel: float = 1e-9, abs_: float = 1e-12) -> bool:
     return a == pytest.approx(b, rel=rel, abs=abs_)
 
 
-def assert_interval(got: dict, values, prefix: str = "", level: float = 0.95) -> None:
+def assert_interval(got: dict, values, prefix: str = "", level: float = 0.95,
+                    bounds: tuple[float, float] | None = None) -> None:
     """``got`` holds the Student-t interval of ``values`` as ``{prefix}mean / lo / hi / n`` (an Interval dict when
-    ``prefix`` is empty, or a claim's flattened evidence)."""
+    ``prefix`` is empty, or a claim's flattened evidence); ``bounds``: the quantity's range, the ends clipped to it."""
     mean, lo, hi, n = t_interval(values, level)
+    if bounds is not None and lo == lo and hi == hi:  # (NaN ends stay NaN)
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
     want = {f"{prefix}mean": mean, f"{prefix}lo": lo, f"{prefix}hi": hi, f"{prefix}n": n}
     have = {k: got[k] for k in want}
     assert same(have, want), (prefix, have, want)
