@@ -126,7 +126,7 @@ def test_probe_report_has_controls():
 
 # -- claims on hand-built measurement dicts ---------------------------------------------------------
 def dlm(L=2, **kw):
-    m = {"objective": "dlm", "n_layers": L, "chance": 0.02,
+    m = {"objective": "dlm", "context": "both", "n_layers": L, "chance": 0.02,
          "accuracy": {d: {c: 0.99 for c in ("left", "right", "both")} for d in ("forward", "reverse")},
          "fold": {"accuracy": 0.99, "folded_accuracy": 0.97},
          "local_offset_scores": {"-2": [[0.0, 0.0, 0.1, 0.1]], "-1": [[0.9, 0.1, 0.0, 0.1]],

@@ -24,7 +24,8 @@ def model(obj="dlm", L=2, fwd=0.99, left=None, **kw):
     per = {"forward": {"left": wobble(left if obj == "dlm" else fwd)}}
     if obj == "dlm":
         per["forward"]["both"] = wobble(fwd)
-    m = {"objective": obj, "n_layers": L, "chance": 0.02, "accuracy": acc, "accuracy_per_seq": per}
+    m = {"objective": obj, "context": "both" if obj == "dlm" else "left", "n_layers": L, "chance": 0.02,
+         "accuracy": acc, "accuracy_per_seq": per}
     m.update(kw)
     return m
 

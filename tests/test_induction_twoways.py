@@ -8,10 +8,13 @@ import torch
 
 from dlmlab.analysis import emergence, heads, induction
 from dlmlab.models import Transformer, TransformerConfig
+from dlmlab.objectives import ARObjective, MaskedDiffusionObjective
 from dlmlab.studies.induction import heads_twoways as tw
 from dlmlab.studies.induction.presets import PRESETS
+from dlmlab.studies.induction.train import StudyObjective
 
 MASK = 11
+AR, DLM = StudyObjective("ar", ARObjective()), StudyObjective("dlm", MaskedDiffusionObjective(MASK))
 
 
 def tiny(mask: str, n_layers: int = 2) -> Transformer:
@@ -30,16 +33,16 @@ def test_one_forward_gives_the_study_scores():
     masked-query induction equals the study's target -> source attention on one masked target per row."""
     x = repeated()
     ar, dlm = tiny("causal"), tiny("bidirectional")
-    s = tw.head_scores(ar, x, "ar")
+    s = tw.head_scores(ar, x, AR)
     assert set(s) == {"prev", "next", "induction"}
     assert torch.allclose(s["prev"], heads.previous_token_scores(ar, x), atol=1e-6)
     assert torch.allclose(s["next"], heads.next_token_scores(ar, x), atol=1e-6)
     assert torch.allclose(s["induction"], induction.ar_induction_scores(ar, x), atol=1e-6)
-    d = tw.head_scores(dlm, x, "dlm", MASK)
+    d = tw.head_scores(dlm, x, DLM)
     assert "induction_masked_queries" not in d  # nothing masked
     assert torch.allclose(d["induction"], heads.diagonal_scores(dlm, x, -8, min_query=8), atol=1e-6)
     rows = induction.build_rows(x, MASK, "forward", "both", per_seq=1, seed=3)  # one masked target per row
-    d = tw.head_scores(dlm, rows.noisy, "dlm", MASK)
+    d = tw.head_scores(dlm, rows.noisy, DLM)
     ref = heads.attention_to(dlm, rows.noisy, rows.target, rows.source)
     assert torch.allclose(d["induction_masked_queries"], ref, atol=1e-6)
     assert not torch.allclose(d["induction"], ref, atol=1e-6)  # every query vs the masked one only
@@ -83,21 +86,24 @@ def test_analyse_model_adds_twoways_curves_and_keeps_the_emergence_curves(tmp_pa
     """analyse_model's single checkpoint pass gives the same emergence curves as emergence.checkpoint_curves,
     and the two-ways curve's last checkpoint equals the final model's scores."""
     from dlmlab.studies.induction.analyse import accuracy_fn, analyse_model, lightly_masked
-    from dlmlab.studies.induction.train import load_data, train_model
+    from dlmlab.studies.induction.train import load_data, study_objective, train_model
     from dlmlab.tasks.repeated import mixed_batch, repeated_tokens
 
     p = dataclasses.replace(PRESETS["smoke"], steps=4, text_steps=2, ckpt_every=2, depths=[2])
     data = load_data(p)
-    model, _ = train_model(p, data, 2, "dlm", tmp_path, progress=False)
+    dlm = study_objective(p, data.vocab, "dlm")
+    assert dlm.masked and dlm.context == "both" and dlm.mask_id == data.vocab.mask_id
+    model, _ = train_model(p, data, 2, dlm, tmp_path, progress=False)
     g = torch.Generator().manual_seed(1)
     ev = repeated_tokens(p.eval_seqs, p.seq_len // 2, data.lo, data.hi, g, distinct=True)
     probe = mixed_batch(data.val_ids, p.probe_seqs, p.seq_len, p.p_repeated, data.lo, data.hi, g, p.min_half)
     text = mixed_batch(data.val_ids, 8, p.seq_len, 0.0, data.lo, data.hi, g)
-    r = analyse_model(model, "dlm", p, data.vocab, ev, probe, tmp_path, False, text)
+    r = analyse_model(model, dlm, p, data.vocab, ev, probe, tmp_path, False, text)
+    assert (r["objective"], r["context"]) == ("dlm", "both")
     mid = data.vocab.mask_id
     head_input = lightly_masked(ev, mid, seed=p.seed)
     ref = emergence.checkpoint_curves(model, tmp_path, {
-        "accuracy": accuracy_fn("dlm", ev[: max(8, ev.shape[0] // 2)], mid, max(1, p.per_seq // 2), p.seed),
+        "accuracy": accuracy_fn(dlm, ev[: max(8, ev.shape[0] // 2)], max(1, p.per_seq // 2), p.seed),
         "prev_layer0": lambda mm: float(heads.previous_token_scores(mm, head_input[:32])[0].max())})
     assert r["emergence"]["curve"] == ref["accuracy"] and r["emergence"]["curves"]["prev_layer0"] == ref["prev_layer0"]
     t = r["heads_twoways"]

@@ -41,7 +41,7 @@ def _forge_learned(models: dict) -> dict:
     models = copy.deepcopy(models)
     for m in models.values():
         for r in [m, *m.get("seed_runs", [])]:
-            r["accuracy"]["forward"]["left" if r["objective"] == "ar" else "both"] = 1.0
+            r["accuracy"]["forward"][r["context"]] = 1.0
             r["fold"]["folded_accuracy"] = 1.0
             r["local_offset_scores"]["-1"][0][0] = 1.0
     return models

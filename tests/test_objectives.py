@@ -155,3 +155,24 @@ def test_mdlm_bound_finite_and_decreasing_when_training():
     assert elbo_bound(model, val, MASK, n_samples=4) == after
     with pytest.raises(Exception):
         mdlm_loss(model, torch.full((1, 4), V), MASK, generator=torch.Generator())
+
+
+def test_what_the_pipeline_asks_each_objective_instead_of_its_name():
+    """Issue 35: code asks an objective (next_token, denoises, shift_logits, window) rather than comparing its
+    name; the prediff methods and the interp loss read ``next_token``."""
+    from dlmlab.interp.loss import call_with_return_type, next_token_loss
+    from dlmlab.objectives import ARObjective, GivenMaskObjective, PrefixDiffusionObjective
+    from dlmlab.prediff import METHODS
+
+    asked = {type(o).__name__ + ("" if o.mask_id is None else "(mask)"): (o.next_token, o.denoises, o.shift_logits,
+                                                                         o.window(8))
+             for o in (ARObjective(), MaskedDiffusionObjective(5), GivenMaskObjective(), GivenMaskObjective(5),
+                       PrefixDiffusionObjective(8, 10))}
+    assert asked == {"ARObjective": (True, False, True, 9), "MaskedDiffusionObjective(mask)": (False, True, False, 8),
+                     "GivenMaskObjective": (False, False, True, 9), "GivenMaskObjective(mask)": (False, False, False, 8),
+                     "PrefixDiffusionObjective": (False, False, False, 8)}
+    assert {k for k, m in METHODS.items() if not m.is_diffusion} == {"ar_control"}
+    m = tiny_transformer()
+    x = torch.randint(0, 10, (2, 6), generator=torch.Generator().manual_seed(0))
+    want = next_token_loss(m(x), x)
+    assert torch.equal(call_with_return_type(m, m, x, return_type="loss", objective=ARObjective()), want)

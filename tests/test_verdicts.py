@@ -342,7 +342,7 @@ def _seq(acc, n=40):
 
 def _dlm(L=2, acc=0.99, **kw):
     per = {k: _seq(g, 40) for k, g in (("left", 1.0), ("right", 1.5), ("both", 2.4))}
-    m = {"objective": "dlm", "n_layers": L, "chance": 0.02,
+    m = {"objective": "dlm", "context": "both", "n_layers": L, "chance": 0.02,
          "accuracy": {d: {"left": acc / 2, "right": acc / 2, "both": acc} for d in ("forward", "reverse")},
          "accuracy_per_seq": {"forward": {"left": _seq(acc / 2), "both": _seq(acc)}},
          "prev_token_scores": [[0.9, 0.1, 0.0, 0.1]], "next_token_scores": [[0.0, 0.8, 0.1, 0.1]],
@@ -364,7 +364,7 @@ def _dlm(L=2, acc=0.99, **kw):
 
 
 def _ar(L=2, acc=0.9):
-    return {"objective": "ar", "n_layers": L, "chance": 0.02,
+    return {"objective": "ar", "context": "left", "n_layers": L, "chance": 0.02,
             "accuracy": {d: {"left": acc, "right": None, "both": None} for d in ("forward", "reverse")},
             "accuracy_per_seq": {"forward": {"left": _seq(acc)}},
             "induction_set_ablation": {"heads": [[1, 0]], "base": acc, "drop": 0.4, "random_p95": 0.1,

@@ -13,12 +13,13 @@ Which loss: the model's objective, found in this order:
    TransformerLens's loss, the mean next-token cross-entropy of ``logits[:, :-1]`` against ``tokens[:, 1:]``;
    a bidirectional model without an objective is refused (its loss is its objective's, which it cannot guess).
 
-An AR objective (``name == "ar"``) gives TransformerLens's loss from one forward of ``tokens`` (its ``pad_id``
-ignored, as the objective does).  Any other objective (the masked-diffusion one) gives its own training loss
-on ``tokens``: for MDLM the NELBO per token of one Monte-Carlo draw (a mask time per row and the masks),
-drawn from a CPU generator seeded with ``loss_seed`` (default 0, so the loss of the same tokens is the same
-number each call; average several seeds, or use :func:`dlmlab.objectives.mdlm.elbo_bound`, for a tighter
-estimate).  Its forward sees the corrupted tokens, and so do the hooks; ``"both"`` returns that forward's logits.
+An objective whose loss is the next-token loss (its ``next_token`` is true: the AR objective) gives
+TransformerLens's loss from one forward of ``tokens`` (its ``pad_id`` ignored, as the objective does). Any other
+objective (the masked-diffusion one) gives its own training loss on ``tokens``: for MDLM the NELBO per token of one
+Monte-Carlo draw (a mask time per row and the masks), drawn from a CPU generator seeded with ``loss_seed`` (default
+0, so the loss of the same tokens is the same number each call; average several seeds, or use
+:func:`dlmlab.objectives.mdlm.elbo_bound`, for a tighter estimate). Its forward sees the corrupted tokens, and so
+do the hooks; ``"both"`` returns that forward's logits.
 ``loss_per_token=True`` (AR losses only): the per-token losses [B, T-1] instead of their mean.
 """
 
@@ -69,7 +70,7 @@ def call_with_return_type(model, call: Callable[..., torch.Tensor], tokens: torc
         raise UserError("return_type='loss' on a bidirectional model needs its objective: pass objective=run.objective "
                         "or set model.objective = run.objective (run = dlmlab.load(...)); a causal model without "
                         "one gets the next-token loss")
-    if obj is None or getattr(obj, "name", None) == "ar":
+    if obj is None or getattr(obj, "next_token", False):
         logits = call(tokens, *args, **kwargs)
         loss = next_token_loss(logits, tokens, getattr(obj, "pad_id", None), loss_per_token)
         return loss if return_type == "loss" else (logits, loss)

@@ -28,6 +28,7 @@ class ARObjective(CardObjective):
 
     name: ClassVar[str] = "ar"
     shift_logits: ClassVar[bool] = True
+    next_token: ClassVar[bool] = True
 
     def make_batch(self, tokens: torch.Tensor, gen: torch.Generator | None = None, step: int = 0,
                    **extra: torch.Tensor) -> Batch:

@@ -61,6 +61,8 @@ class CardObjective:
       masked diffusion), and :meth:`for_vocab` assigns them once the vocabulary is known;
     * ``denoises``: the model fills in masked positions (a transformer then needs bidirectional attention,
       it is evaluated by its NELBO bound and decoded by unmasking); else it is scored by its exact NLL;
+    * ``next_token``: the loss is the next-token cross-entropy over every position of a row (the AR
+      objective), so one forward of the tokens gives it (TransformerLens's ``return_type="loss"``);
     * :meth:`window`: the tokens a training / evaluation row holds for ``seq_len`` predicted positions;
     * :meth:`evaluate`: held-out NLL or NELBO bound of a model on fixed windows.
 
@@ -72,6 +74,7 @@ class CardObjective:
     shift_logits: ClassVar[bool] = False
     added_ids: ClassVar[int] = 0
     denoises: ClassVar[bool] = False
+    next_token: ClassVar[bool] = False
     mask_id: int | None = None
 
     def for_vocab(self, data_vocab: int) -> "CardObjective":

@@ -41,6 +41,9 @@ from dlmlab.objectives.prefix import (COSINE_T_RANGE, LOSSES, Attention, Loss, P
 from dlmlab.objectives.schedule import NoiseSchedule, get_schedule
 
 ObjectiveName = Literal["mdlm", "shifted_mdlm", "ar"]
+#: the objective class each ``MethodConfig.objective`` option trains with (what the method asks about it)
+OBJECTIVE_CLASSES: dict[str, type] = {"mdlm": PrefixDiffusionObjective, "shifted_mdlm": PrefixDiffusionObjective,
+                                      "ar": ARObjective}
 
 
 @dataclass
@@ -57,14 +60,15 @@ class MethodConfig(Config):  # checked when built (options, finite numbers, vali
     def validate(self) -> None:
         require(0 <= self.self_cond_frac <= 1, f"{self.name}: self_cond_frac must be in [0, 1]")
         require(0 < self.anneal_frac <= 1, f"{self.name}: anneal_frac must be in (0, 1]")
-        if self.objective == "ar":
+        if not self.is_diffusion:
             require(self.attention == "causal", f"{self.name}: the AR objective needs causal attention")
         else:
             require(self.attention != "causal", f"{self.name}: a diffusion objective cannot use causal attention")
 
     @property
     def is_diffusion(self) -> bool:
-        return self.objective != "ar"
+        """False for a next-token objective (AR), True for the masked-diffusion ones."""
+        return not OBJECTIVE_CLASSES[self.objective].next_token
 
     @property
     def shift(self) -> bool:
@@ -105,7 +109,7 @@ def make_task(method: MethodConfig, stream_train: torch.Tensor, seq_len: int, ba
     All randomness is drawn from the step's generator (global batch, on CPU); the loss moves the batch to the
     model's device."""
     obj = method_objective(method, seq_len, steps, prompt_frac, loss, schedule)
-    width = seq_len + (0 if method.is_diffusion else 1)
+    width = obj.window(seq_len)
 
     def batches(step: int, gen: torch.Generator) -> torch.Tensor:
         return TokenStream.windows(stream_train, batch, width, gen)

@@ -30,7 +30,8 @@ from dlmlab.studies.induction.seeds import SEED_REFS
 from dlmlab.studies.parallel import default_workers, map_jobs
 from dlmlab.studies.threads import torch_threads
 from dlmlab.training.distributed import is_main_process, sync
-from dlmlab.studies.induction.train import OBJECTIVES, load_data, text_epochs, train_model
+from dlmlab.studies.induction.train import (OBJECTIVES, StudyObjective, load_data, study_objective, text_epochs,
+                                            train_model)
 from dlmlab.tasks.repeated import mixed_batch, repeated_tokens
 
 TITLE = "Induction in both directions: attention-only AR vs masked-diffusion transformers"
@@ -170,8 +171,7 @@ def _seeds_table(models: dict, keys: list[str]) -> Table:
     rows = []
     for k in keys:
         for s, r in enumerate([models[k], *models[k].get("seed_runs", [])]):
-            ctx = "left" if r["objective"] == "ar" else "both"
-            rows.append([k, s, r["accuracy"]["forward"][ctx],
+            rows.append([k, s, r["accuracy"]["forward"][r["context"]],
                          *[(r.get("few_ids") or {}).get(c, {}).get("accuracy") for c in counts]])
     return Table("Forward accuracy per training seed (AR: left context, DLM: both sides): distinct ids, and repeats "
                  "drawn from few distinct ids (the both-sides comparison's id count is chosen on the AR alone)",
@@ -225,27 +225,28 @@ def twoways_cost(models: dict) -> dict:
             "fraction_of_analysis": tw / analyse if analyse > 0 else None}
 
 
-def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, mask_id: int, seed: int) -> list:
+def _attention_examples(models: dict, trained: dict, eval_tokens: torch.Tensor, objectives: list[StudyObjective],
+                        seed: int) -> list:
     deep = sorted({m["n_layers"] for m in models.values() if m["n_layers"] >= 2})
     L = deep[0] if deep else min(m["n_layers"] for m in models.values())
     x = eval_tokens[:1]
     ex = []
-    for obj in OBJECTIVES:
-        key = f"{obj}_L{L}"
+    for obj in objectives:
+        key = f"{obj.label}_L{L}"
         if key not in models:
             continue
         m = models[key]
         hs = [(0, _head(m["prev_token_scores"], 0)[0], "previous-token")]
-        if obj == "dlm":
+        if obj.masked:
             hs.append((0, _head(m["next_token_scores"], 0)[0], "next-token"))
         if m.get("top_induction_head"):
             hs.append((*m["top_induction_head"], "induction"))
-        inp = x if obj == "ar" else lightly_masked(x, mask_id, seed=seed)
+        inp = lightly_masked(x, obj.mask_id, seed=seed) if obj.masked else x
         ex.append((key, trained[key], inp, hs))
     return ex
 
 
-def _train_and_analyse(p: InductionPreset, data, n_layers: int, objective: str, run_dir: Path,
+def _train_and_analyse(p: InductionPreset, data, n_layers: int, objective: StudyObjective, run_dir: Path,
                        eval_tokens: torch.Tensor, probe_tokens: torch.Tensor, progress: bool,
                        text_tokens: torch.Tensor | None = None) -> dict:
     """One job (possibly on a worker process): train (or resume) one model, then measure it."""
@@ -270,17 +271,19 @@ class _LazyModels:
         return train_model(self.p, self.data, int(L), obj, self.out / "runs" / key, progress=False)[0]
 
 
-def _steering(p: InductionPreset, models: dict, trained, probe_tokens: torch.Tensor, mask_id: int,
-              progress: bool):
+def _steering(p: InductionPreset, models: dict, trained, probe_tokens: torch.Tensor,
+              objectives: list[StudyObjective], progress: bool):
     """The implicit timestep during real decoding (issue 29): read and steer the mask-rate direction of the
-    deepest DLM while it threshold-decodes held-out rows, against random directions of the same norm
-    (:mod:`dlmlab.studies.induction.steering`); None when the preset runs no steering or trained no DLM."""
-    dlms = sorted((m["n_layers"], k) for k, m in models.items() if m["objective"] == "dlm")
+    deepest DLM (the masked objective's) while it threshold-decodes held-out rows, against random directions of
+    the same norm (:mod:`dlmlab.studies.induction.steering`); None when the preset runs no steering or trained
+    no DLM."""
+    dlm = next((o for o in objectives if o.masked), None)
+    dlms = sorted((m["n_layers"], k) for k, m in models.items() if dlm is not None and m["objective"] == dlm.label)
     if not p.steer_prompts or not dlms:
         return None
     model = trained[dlms[-1][1]]
     model.eval()
-    return steering.run_steering(model, mask_id, probe_tokens, t_range=(p.t_min, p.t_max),
+    return steering.run_steering(model, dlm.mask_id, probe_tokens, t_range=(p.t_min, p.t_max),
                                  n_prompts=p.steer_prompts, threshold=p.steer_threshold, seed=p.seed,
                                  progress=progress)
 
@@ -331,24 +334,25 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
                                torch.Generator().manual_seed(p.seed + 2), p.min_half)
     text_tokens = mixed_batch(data.val_ids, p.probe_seqs // 2, p.seq_len, 0.0, data.lo, data.hi,
                               torch.Generator().manual_seed(p.seed + 3))
+    objectives = [study_objective(p, v, label) for label in OBJECTIVES]
     jobs, keys = [], []
     for L in p.depths:
-        for obj in OBJECTIVES:
-            if obj == "ar" and L < p.ar_min_depth:
+        for obj in objectives:
+            if not obj.masked and L < p.ar_min_depth:  # the next-token (AR) models start at ar_min_depth
                 continue
             for s in range(p.seeds):  # seed p.seed + s; seed 0's run folder keeps its old name
                 ps = dataclasses.replace(p, seed=p.seed + s)
-                run_dir = out / "runs" / (f"{obj}_L{L}" + (f"_s{s}" if s else ""))
-                _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(ps), "objective": obj, "n_layers": L,
+                run_dir = out / "runs" / (f"{obj.label}_L{L}" + (f"_s{s}" if s else ""))
+                _prepare_run_dir(run_dir, {"preset": dataclasses.asdict(ps), "objective": obj.label, "n_layers": L,
                                            "text_vocab": v.text_vocab})
                 jobs.append((ps, data, L, obj, run_dir, eval_tokens, probe_tokens, progress, text_tokens))
-                keys.append((f"{obj}_L{L}", s))
+                keys.append((f"{obj.label}_L{L}", s))
     measured = map_jobs(_train_and_analyse, jobs, default_workers(p.device), desc="induction models", progress=progress,
                         threads=p.threads)
     models = group_seeds(keys, measured)
     trained = _LazyModels(p, data, out)
     claims = all_claims(models)
-    steer = _steering(p, models, trained, probe_tokens, v.mask_id, progress)
+    steer = _steering(p, models, trained, probe_tokens, objectives, progress)
     if steer is not None:
         claims.append(steering.steering_claim(steer))
     else:  # every claim is written; this one was not run
@@ -357,7 +361,7 @@ def _run(p: InductionPreset, preset: str, out: Path, progress: bool) -> StudyRes
     claims = with_seeds(claims, SEED_REFS)
     figures = [
         figs.context_bars(out, models),
-        figs.attention_figure(out, _attention_examples(models, trained, eval_tokens, v.mask_id, p.seed)),
+        figs.attention_figure(out, _attention_examples(models, trained, eval_tokens, objectives, p.seed)),
         figs.ablation_figure(out, models),
         figs.local_window_figure(out, models),
         figs.probe_figure(out, models),

@@ -1,7 +1,9 @@
 """The study's claims, each computed from the per-model measurements (``analyse_model`` dicts).
 
-``models`` maps "ar_L2" / "dlm_L3" ... to the measurement dict.  Thresholds are fixed here, before any run,
-and stated in each claim; docs/induction.md quotes the study's sentence beside each definition.
+``models`` maps "ar_L2" / "dlm_L3" ... to the measurement dict; its ``objective`` is the model's label (``ar`` /
+``dlm``, which pairs the models) and its ``context`` the context of the headline accuracy, written from the
+objective (``both`` for the masked-diffusion model, ``left`` for the next-token one). Thresholds are fixed here,
+before any run, and stated in each claim; docs/induction.md quotes the study's sentence beside each definition.
 
 Statistics (issue 34).  Each preset trains ``seeds`` training seeds per model (cpu: 2); the measurements of
 seeds after the first are in ``m["seed_runs"]``.  An accuracy claim's interval is over training seeds
@@ -33,6 +35,7 @@ from dlmlab.report.claims import (CONTROL_ALPHA, REPRODUCED, Judgement, combine,
                                   learned, not_run, precondition_failed, short_of_scale, underpowered,
                                   verdict_from_control)
 from dlmlab.report.intervals import Interval, control_test, hierarchical_ci, mean_ci
+from dlmlab.studies.induction.train import OBJECTIVES
 
 PREV_NEXT_THRESHOLD = 0.5  # a layer-0 previous/next-token head has formed: its score exceeds this
 INDUCTION_THRESHOLD = 0.3  # an induction head (layer >= 1) attends from target to source with weight > this
@@ -54,11 +57,11 @@ def _acc(m: dict, direction: str, context: str) -> float | None:
 
 
 def _headline(m: dict) -> float:
-    return _acc(m, "forward", "left") if m["objective"] == "ar" else _acc(m, "forward", "both")
+    return _acc(m, "forward", _headline_context(m))
 
 
 def _headline_context(m: dict) -> str:
-    return "left" if m["objective"] == "ar" else "both"
+    return m["context"]
 
 
 def _deep(models: dict, objective: str) -> dict[int, dict]:
@@ -316,7 +319,7 @@ def two_layers_needed(models: dict, low: float = NO_INDUCTION, gain: float = 0.3
     """Judged for each objective with a one-layer model and a deeper one (cpu: the DLM only; the one-layer AR is
     not trained there, see docs "Budget")."""
     ev, parts = {"low": low, "gain": gain}, []
-    for obj in ("ar", "dlm"):
+    for obj in OBJECTIVES:
         one = [m for m in models.values() if m["objective"] == obj and m["n_layers"] == 1]
         deep = _deep(models, obj)
         if not one or not deep:

@@ -23,6 +23,7 @@ from dlmlab.analysis import circuits, fold, induction
 from dlmlab.analysis.ablation import ablate_heads
 from dlmlab.analysis.probes import _split
 from dlmlab.objectives.mdlm import corrupt
+from dlmlab.studies.induction.train import StudyObjective
 from dlmlab.tasks.repeated import repeated_tokens
 
 FEW_IDS_SEED = 7919  # the few-ids rows are the same for every training seed (generator FEW_IDS_SEED + ids)
@@ -33,20 +34,21 @@ def few_ids_tokens(n: int, half: int, lo: int, k: int) -> torch.Tensor:
     return repeated_tokens(n, half, lo, lo + k, torch.Generator().manual_seed(FEW_IDS_SEED + k))
 
 
-def per_seq_fn(objective: str, tokens: torch.Tensor, mask_id: int, per_seq: int, seed: int):
+def per_seq_fn(objective: StudyObjective, tokens: torch.Tensor, per_seq: int, seed: int):
     """model -> [B] forward accuracy per sequence (AR: left context; DLM: both neighbours visible)."""
-    if objective == "ar":
+    if not objective.masked:
         return lambda m: induction.ar_accuracy_per_seq(m, tokens, "forward")
+    mask_id = objective.mask_id
     return lambda m: induction.dlm_accuracy_per_seq(m, tokens, mask_id, "forward", "both", per_seq, seed=seed)
 
 
 @torch.no_grad()
-def few_ids_accuracy(model, objective: str, ids: list[int], n: int, half: int, lo: int, mask_id: int,
-                     per_seq: int, seed: int) -> dict:
+def few_ids_accuracy(model, objective: StudyObjective, ids: list[int], n: int, half: int, lo: int, per_seq: int,
+                     seed: int) -> dict:
     """``{str(k): {"accuracy": mean, "per_seq": [n], "chance": 1 / k}}`` for each id count ``k`` in ``ids``."""
     out = {}
     for k in ids:
-        acc = per_seq_fn(objective, few_ids_tokens(n, half, lo, k), mask_id, per_seq, seed)(model)
+        acc = per_seq_fn(objective, few_ids_tokens(n, half, lo, k), per_seq, seed)(model)
         out[str(k)] = {"accuracy": float(acc.mean()), "per_seq": acc.tolist(), "chance": 1.0 / k}
     return out
 
@@ -86,9 +88,10 @@ def probe_rmse(r2: float, tokens: torch.Tensor, mask_id: int, seed: int, t_range
 
 
 @torch.no_grad()
-def composition_at_init(init, objective: str, fit_rows: torch.Tensor, mask_id: int, layer: int, head: int) -> dict:
+def composition_at_init(init, objective: StudyObjective, fit_rows: torch.Tensor, layer: int, head: int) -> dict:
     """``{"Q"/"K"/"V": [L, H]}``: composition of each earlier head into (``layer``, ``head``) of the untrained
     model ``init``, folded as the trained model is (scales per position, from ``fit_rows``)."""
-    scales = fold.norm_scales(init, fit_rows, per_position=True, token_class=None if objective == "ar" else mask_id)
+    scales = fold.norm_scales(init, fit_rows, per_position=True,
+                              token_class=objective.mask_id if objective.masked else None)
     folded = fold.fold_ln_frozen_scale(init, scales).eval()
     return {k: circuits.composition_scores(folded, k)[:, :, layer, head] for k in circuits.COMPOSITIONS}

@@ -20,7 +20,7 @@ import torch
 from dlmlab.report.results import Table, markdown_table
 from dlmlab.studies.induction.analyse import accuracy_fn, fold_and_measure
 from dlmlab.studies.induction.presets import InductionPreset
-from dlmlab.studies.induction.train import load_data
+from dlmlab.studies.induction.train import StudyObjective, load_data
 from dlmlab.studies.threads import torch_threads
 from dlmlab.tasks.repeated import repeated_tokens
 
@@ -34,20 +34,18 @@ def check(run_dir: str | Path) -> dict:
     cfg = json.loads((run_dir / "run_config.json").read_text())
     known = {f.name for f in dataclasses.fields(InductionPreset)}
     p = InductionPreset(**{k: v for k, v in cfg["preset"].items() if k in known})
-    obj = cfg["objective"]
     loaded = dlmlab.load(run_dir)
+    obj = StudyObjective(cfg["objective"], loaded.objective)  # the run's label and the objective it saved
     model = loaded.model.eval()
     data = load_data(p)
-    mid = data.vocab.mask_id
     with torch_threads(p.threads):
         eval_tokens = repeated_tokens(p.eval_seqs, p.seq_len // 2, data.lo, data.hi,
                                       torch.Generator().manual_seed(p.seed + 1), distinct=True)
-        rows = None if obj == "ar" else induction.build_rows(eval_tokens, mid, "forward", "both", p.per_seq,
-                                                             seed=p.seed).noisy
-        _, f = fold_and_measure(model, obj, eval_tokens, rows, mid, accuracy_fn(obj, eval_tokens, mid, p.per_seq,
-                                                                                  p.seed))
+        rows = induction.build_rows(eval_tokens, obj.mask_id, "forward", "both", p.per_seq,
+                                    seed=p.seed).noisy if obj.masked else None
+        _, f = fold_and_measure(model, obj, eval_tokens, rows, accuracy_fn(obj, eval_tokens, p.per_seq, p.seed))
     step = json.loads((run_dir / "checkpoints" / "latest.json").read_text()).get("step")
-    return {"run": str(run_dir), "objective": obj, "step": step, **f}
+    return {"run": str(run_dir), "objective": obj.label, "step": step, **f}
 
 
 def table(rows: list[dict]) -> Table:

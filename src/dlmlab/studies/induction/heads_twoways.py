@@ -35,6 +35,7 @@ import torch
 from dlmlab.analysis.emergence import jump_step
 from dlmlab.analysis.heads import attention_patterns
 from dlmlab.studies.induction.claims import INDUCTION_THRESHOLD, PREV_NEXT_THRESHOLD
+from dlmlab.studies.induction.train import StudyObjective
 
 CONDITIONS: tuple[str, ...] = ("masked", "random", "text")
 SCORES: tuple[str, ...] = ("prev", "next", "induction")
@@ -84,11 +85,12 @@ def _diag_mean(pat: torch.Tensor, offset: int, skip: int = 0, weight: torch.Tens
 
 
 @torch.no_grad()
-def head_scores(model, tokens: torch.Tensor, objective: str, mask_id: int | None = None) -> dict[str, torch.Tensor]:
+def head_scores(model, tokens: torch.Tensor, objective: StudyObjective) -> dict[str, torch.Tensor]:
     """tokens [B, T] repeated rows (possibly with masks) -> {"prev", "next", "induction"[, "induction_masked_queries"]}
-    each [L, H], from one forward pass (see the module docstring for the definitions)."""
-    if objective not in ("ar", "dlm"):
-        raise ValueError(f"objective must be 'ar' or 'dlm', got {objective!r}")
+    each [L, H], from one forward pass (see the module docstring for the definitions); the model's ``objective``
+    decides the induction score's convention (masked model or next-token) and gives the mask id."""
+    if not isinstance(objective, StudyObjective):
+        raise ValueError(f"objective must be a StudyObjective (train.study_objective), got {objective!r}")
     B, T = tokens.shape
     if T % 2 or T < 4:
         raise ValueError(f"repeated rows need an even length >= 4, got {T}")
@@ -97,20 +99,20 @@ def head_scores(model, tokens: torch.Tensor, objective: str, mask_id: int | None
     layers = sorted(pats)
     out = {"prev": torch.stack([_diag_mean(pats[i], -1) for i in layers]),
            "next": torch.stack([_diag_mean(pats[i], 1) for i in layers])}
-    if objective == "ar":  # TransformerLens: q -> q - half + 1, queries q >= half (the first diagonal entry is q = half - 1)
+    if not objective.masked:  # TransformerLens: q -> q - half + 1, queries q >= half (first diagonal entry q = half-1)
         out["induction"] = torch.stack([_diag_mean(pats[i], -(half - 1), skip=1) for i in layers])
         return out
     out["induction"] = torch.stack([_diag_mean(pats[i], -half) for i in layers])  # queries q = half .. T-1
-    if mask_id is not None:
-        masked_q = tokens[:, half:] == mask_id  # [B, half]
+    if objective.mask_id is not None:
+        masked_q = tokens[:, half:] == objective.mask_id  # [B, half]
         if bool(masked_q.any()):
             out["induction_masked_queries"] = torch.stack([_diag_mean(pats[i], -half, weight=masked_q) for i in layers])
     return out
 
 
-def all_scores(model, inputs: dict[str, torch.Tensor], objective: str, mask_id: int | None) -> dict:
+def all_scores(model, inputs: dict[str, torch.Tensor], objective: StudyObjective) -> dict:
     """{condition: head_scores(...)} for every input (one forward each)."""
-    return {c: head_scores(model, x, objective, mask_id) for c, x in inputs.items()}
+    return {c: head_scores(model, x, objective) for c, x in inputs.items()}
 
 
 def best(scores: torch.Tensor, min_layer: int = 0, layer: int | None = None) -> tuple[list[int], float]:

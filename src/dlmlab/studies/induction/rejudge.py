@@ -7,7 +7,8 @@ the current definitions on the stored measurements, and the deciding detail.  Me
 store (per-sequence accuracies and gains, the +-2 head scores, the full-range probe, 200-draw controls, the
 fold's accuracy per position) leave the current definitions without them: the intervals are then undefined
 (underpowered), the local heads are +-1 only, and old 20-draw controls are judged as they are (the detail says
-so).  A fresh run measures everything.
+so); a model without its ``context`` (written before issue 35) gets the one its label's objective reads.  A fresh
+run measures everything.
 """
 
 from __future__ import annotations
@@ -22,13 +23,19 @@ from dlmlab.report.seeds import with_seeds
 from dlmlab.studies.induction.claims import all_claims
 from dlmlab.studies.induction.seeds import SEED_REFS
 
+#: the headline context of each label's objective, for results written before a model's ``context`` was stored
+LABEL_CONTEXT = {"ar": "left", "dlm": "both"}
+
 
 def fill_chance(results: dict, run_root: Path | None = None) -> dict:
     """Models without a stored ``chance`` get it from the config (reserved ids: 1 / n_random) or from their run
-    folder's ``run_config.json`` (text ids: 1 / text_vocab); the models dict is returned (changed in place)."""
+    folder's ``run_config.json`` (text ids: 1 / text_vocab), and without a stored ``context`` the one of their
+    label (:data:`LABEL_CONTEXT`); the models dict is returned (changed in place)."""
     models = results["results"]["models"]
     cfg = results.get("config", {})
     for key, m in models.items():
+        for r in [m, *m.get("seed_runs", [])]:
+            r.setdefault("context", LABEL_CONTEXT[r["objective"]])
         if "chance" in m:
             continue
         if cfg.get("random_ids") == "reserved" and cfg.get("n_random"):
