@@ -214,7 +214,8 @@ def test_corpus_reads_text_jsonl_folders_env_and_alternatives(tmp_path, monkeypa
 
 
 def test_curriculum_text_first_then_repeat_mix():
-    p = PRESETS["cpu"]
+    assert PRESETS["cpu"].text_steps == 0 and p_repeated_at(PRESETS["cpu"], 0) == PRESETS["cpu"].p_repeated
+    p = dataclasses.replace(PRESETS["cpu"], text_steps=6000)  # the ladder's curriculum
     assert p_repeated_at(p, 1) == 0.0 and p_repeated_at(p, p.text_steps - 1) == 0.0
     assert p_repeated_at(p, p.text_steps) == p.p_repeated and p.seq_len >= 64
     q = dataclasses.replace(p, steps=10, text_steps=5, batch_size=2, seq_len=32, min_half=8, p_repeated=0.5)
@@ -237,3 +238,21 @@ def test_corpus_reads_parquet_and_names_bad_files(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"text": "ok"}\n{oops\n')
     with pytest.raises(UserError, match="d.jsonl: line 2 is not valid JSON"):
         read_corpus(str(tmp_path / "d.jsonl"))
+
+
+def test_the_recipe_pilot_script_reports_the_step_a_model_learns(capsys):
+    """scripts/induction_pilot.py (docs/induction.md, "Budget"): a few steps of the cpu recipe's model, its
+    accuracy every `--every` steps and whether the learned level was reached."""
+    import runpy
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["induction_pilot.py", "--objective", "ar", "--steps", "4", "--every", "2"]
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path("scripts/induction_pilot.py", run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "step 2 accuracy" in out and "step 4 accuracy" in out and "learned level 0.902 not reached in 4 steps" in out
