@@ -46,3 +46,33 @@ def subprocess_env() -> dict:
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                DLMLAB_DATA=str(REPO.parent / "shared" / "data"), PYTHONUNBUFFERED="1")
     return env
+
+
+@pytest.fixture(scope="session")
+def study_smoke(tmp_path_factory):
+    """``study_smoke(name) -> (out, res, results)``: the study's smoke preset run once per test session on one
+    worker process and one caller thread (the tests' defaults), shared by the test modules that need that run
+    (issue 34: tests/test_parallel.py compares other worker / thread counts against it, tests/test_state_study.py
+    and tests/test_reversal_study.py check its outputs).  ``res`` is what ``run`` returned, ``results`` the
+    results.json read straight after the run (later tests may rewrite files under ``out``)."""
+    import json
+
+    from dlmlab.studies import load_study
+
+    cache: dict[str, tuple] = {}
+
+    def get(name: str) -> tuple:
+        if name not in cache:
+            out = tmp_path_factory.mktemp(f"{name}_smoke")
+            before = torch.get_num_threads()
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("DLMLAB_WORKERS", "1")
+                torch.set_num_threads(1)
+                try:
+                    res = load_study(name).run("smoke", out, progress=False)
+                finally:
+                    torch.set_num_threads(before)
+            cache[name] = (out, res, json.loads((out / "results.json").read_text()))
+        return cache[name]
+
+    return get

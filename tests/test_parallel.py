@@ -111,23 +111,32 @@ SMOKE_STUDIES = ["induction", "reversal", "state", "prediff"]
 
 
 @pytest.mark.parametrize("name", SMOKE_STUDIES)
-def test_smoke_study_gives_the_same_results_on_one_and_two_workers(name, tmp_path, monkeypatch):
+def test_smoke_study_gives_the_same_results_on_one_and_two_workers(name, tmp_path, monkeypatch, study_smoke):
     """Every job seeds itself and trains on the same fixed thread count, so the worker count changes nothing
-    but the wall clock (the adapted PreDiff models also travel back through their checkpoints unchanged)."""
-    one = smoke_results(name, tmp_path / "1", "1", monkeypatch)
-    assert_same_results(one, smoke_results(name, tmp_path / "2", "2", monkeypatch), name)
+    but the wall clock (the adapted PreDiff models also travel back through their checkpoints unchanged).
+    The one-worker run (caller on one thread) is the session's shared smoke run (tests/conftest.py, issue 34)."""
+    one = without_wall_clock(study_smoke(name)[2])
+    torch_before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # the caller's thread count of the shared run: only the worker count differs
+        two = smoke_results(name, tmp_path / "2", "2", monkeypatch)
+    finally:
+        torch.set_num_threads(torch_before)
+    assert_same_results(one, two, name)
 
 
 @pytest.mark.parametrize("name", SMOKE_STUDIES)
-def test_smoke_study_gives_the_same_results_whatever_the_callers_thread_count(name, tmp_path, monkeypatch):
+def test_smoke_study_gives_the_same_results_whatever_the_callers_thread_count(name, tmp_path, monkeypatch,
+                                                                              study_smoke):
     """A study trains on dlmlab.studies.threads.STUDY_THREADS, not on the thread count it is called with
-    (which is the machine's core count outside the tests)."""
+    (which is the machine's core count outside the tests).  The one-thread run (one worker) is the session's
+    shared smoke run (tests/conftest.py, issue 34); this test runs the study again from a caller on two threads."""
+    one = without_wall_clock(study_smoke(name)[2])
     before = torch.get_num_threads()
     try:
-        out = {}
-        for n in (1, 2):
-            torch.set_num_threads(n)
-            out[n] = smoke_results(name, tmp_path / str(n), "1", monkeypatch)
+        torch.set_num_threads(2)
+        assert torch.get_num_threads() == 2
+        two = smoke_results(name, tmp_path / "2", "1", monkeypatch)
     finally:
         torch.set_num_threads(before)
-    assert_same_results(out[1], out[2], name)
+    assert_same_results(one, two, name)

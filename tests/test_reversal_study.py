@@ -26,10 +26,8 @@ SMOKE_VERDICTS = {"arm_fails_reverse": ("reproduced", None), "mdm_transfers_reve
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reversal_smoke")
-    run("smoke", out, progress=False)
-    return out
+def smoke(study_smoke):
+    return study_smoke("reversal")[0]  # the session's one reversal smoke run (tests/conftest.py)
 
 
 @pytest.mark.study  # a study run: outside `make test-fast`

@@ -22,10 +22,8 @@ SMOKE_VERDICTS = {c: ("inconclusive", "precondition") for c in CLAIMS}
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("state_smoke")
-    mod = load_study("state")
-    res = mod.run("smoke", out, progress=False)
+def smoke(study_smoke):
+    out, res, _ = study_smoke("state")  # the session's one state smoke run (tests/conftest.py)
     return out, res
 
 

@@ -142,13 +142,14 @@ PRESETS["cpu_reserved_ids"] = replace(PRESETS["cpu"], random_ids="reserved")
 
 def first_steps(preset: InductionPreset, steps: int) -> InductionPreset:
     """``preset`` at its real model shapes for ``steps`` optimizer steps per model (the paper's first steps,
-    issue 34): text-only steps, warm-up and checkpoints fit inside ``steps``; one seed; batch 2, 2 evaluation
-    sequences with one target each, 12 probe rows, 4 control draws (the controls then read underpowered), and no
+    issue 34): text-only steps, warm-up and checkpoints fit inside ``steps``; one seed; batch 2, one evaluation
+    sequence with one target (each of the 2 x 16 per-head ablations of a layer reads it again: the largest cost),
+    12 probe rows, 4 control draws (the controls then read underpowered), and no
     steering (200 threshold decodes of 512 tokens; its claim reads not_run), so every other analysis and every
     claim run on a CPU in minutes.  The claims of such a run say nothing about the study."""
     steps = max(1, int(steps))
     return replace(preset, steps=steps, text_steps=min(preset.text_steps, steps // 2), seeds=1,
                    warmup_steps=min(preset.warmup_steps, max(1, steps // 2)), ckpt_every=max(1, steps),
-                   batch_size=min(preset.batch_size, 2), eval_seqs=min(preset.eval_seqs, 2), per_seq=1,
+                   batch_size=min(preset.batch_size, 2), eval_seqs=min(preset.eval_seqs, 1), per_seq=1,
                    probe_seqs=min(preset.probe_seqs, 12), control_draws=min(preset.control_draws, 4),
                    steer_prompts=0, max_chars=min(preset.max_chars or 2_000_000, 2_000_000))

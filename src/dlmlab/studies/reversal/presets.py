@@ -186,17 +186,18 @@ def _ladder() -> ReversalLadder:
 def first_steps(preset: ReversalPreset, steps: int) -> ReversalPreset:
     """``preset`` (the paper preset) for a first-steps check on any machine (``scripts/paper_first_steps.py``): the
     same model shapes, tasks and grid (kinds, positions, multi-layer and real-data parts, 3 seeds: the real-data
-    claim's minimum) but at most ``steps`` optimizer steps per model, batch 8, evaluation on the first 16 facts,
-    attention signatures at distances 1-4, 4 real-data ranking items per set and a log every step, so every
-    analysis and claim runs in a few CPU minutes.  Its claims say nothing about the study."""
+    claim's minimum) but at most ``steps`` optimizer steps per model, batch 8, evaluation on the first 8 facts
+    (the tracked metrics take one gradient per fact at every log), attention signatures at distances 1-4, 4
+    real-data ranking items per set and a log at step 0 and after the last step, so every analysis and claim
+    runs in a few CPU minutes.  Its claims say nothing about the study."""
     steps = max(1, int(steps))
 
     def short(t: TrainConfig) -> TrainConfig:
-        return dataclasses.replace(t, steps=min(t.steps, steps), batch_size=min(t.batch_size, 8), log_every=1,
+        return dataclasses.replace(t, steps=min(t.steps, steps), batch_size=min(t.batch_size, 8), log_every=steps,
                                    warmup_steps=min(t.warmup_steps, max(steps - 1, 0)))
 
     return dataclasses.replace(preset, train=short(preset.train), seeds=list(preset.seeds)[:3], eval_per_fact=1,
-                               eval_facts=16, max_distance=4, device="auto",
+                               eval_facts=8, max_distance=4, device="auto",
                                real=dataclasses.replace(preset.real, train=short(preset.real.train), rank_items=4))
 
 
