@@ -15,10 +15,9 @@ from dlmlab.studies.induction.presets import InductionPreset
 
 
 @pytest.mark.study
-def test_smoke_pipeline_writes_everything(tmp_path):
+def test_smoke_pipeline_writes_everything(study_smoke):
     study = load_study("induction")
-    study.run("smoke", tmp_path, progress=False)
-    res = json.loads((tmp_path / "results.json").read_text())
+    tmp_path, _, res = study_smoke("induction")  # the session's one smoke run (tests/conftest.py)
     assert res["study"] == "induction" and res["preset"] == "smoke"
     assert [c["id"] for c in res["claims"]] == list(CLAIM_IDS)
     for c in res["claims"]:

@@ -27,7 +27,9 @@ def test_first_steps_keeps_the_shapes_and_fits_the_config_checks():
 
 @pytest.mark.study
 def test_paper_first_steps_complete_every_analysis_and_claim(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    # both cores of the 2-core CI machine (results do not depend on the worker count: tests/test_parallel.py)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "DLMLAB_WORKERS": "2"}
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "paper_first_steps.py"), "--out", str(tmp_path),
                         "--steps", "2", "--study", "induction", "--timeout", "1500"], env=env, capture_output=True,
                        text=True, timeout=1600)

@@ -32,7 +32,9 @@ def test_first_steps_keeps_the_paper_shapes_and_cuts_the_rest():
 
 @pytest.mark.study
 def test_paper_first_steps_run_on_cpu(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # both cores of the 2-core CI machine (results do not depend on the worker count: tests/test_parallel.py)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "DLMLAB_WORKERS": "2"}
     env.pop("DLMLAB_GPT2_DIR", None), env.pop("DLMLAB_WIKITEXT103", None)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "paper_first_steps.py"), "--out", str(tmp_path),
                            "--steps", "2", "--random-gpt2", "--study", "prediff", "--timeout", "1500"],

@@ -25,7 +25,9 @@ def test_first_steps_keeps_the_paper_shapes_and_caps_the_rest():
 
 
 @pytest.mark.study
-def test_paper_first_steps_run_every_part_analysis_and_claim(tmp_path):
+def test_paper_first_steps_run_every_part_analysis_and_claim(tmp_path, monkeypatch):
+    # both cores of the 2-core CI machine (results do not depend on the worker count: tests/test_parallel.py)
+    monkeypatch.setenv("DLMLAB_WORKERS", "2")
     cfg = first_steps(PRESETS["paper"], 2)
     run_preset(cfg, "paper", tmp_path, progress=False)
     data = json.loads((tmp_path / "results.json").read_text())

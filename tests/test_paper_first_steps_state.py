@@ -30,7 +30,8 @@ def test_first_steps_keeps_the_paper_shapes_and_caps_the_steps():
 
 @pytest.mark.study  # about a minute of CPU: 35 models at d_model 128, 4 layers, 2 steps each, every analysis
 def test_paper_first_steps_complete_every_analysis_and_claim(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    # both cores of the 2-core CI machine (results do not depend on the worker count: tests/test_parallel.py)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", DLMLAB_WORKERS="2")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "paper_first_steps.py"), "--out", str(tmp_path),
                     "--steps", "2", "--child", "state"], env=env, check=True, timeout=1200)
     data = json.loads((tmp_path / "state" / "results.json").read_text())

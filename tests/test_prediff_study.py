@@ -5,7 +5,7 @@ import json
 import pytest
 
 from dlmlab.config import ConfigError
-from dlmlab.studies.prediff import PRESETS, run
+from dlmlab.studies.prediff import PRESETS
 from dlmlab.studies.prediff.claims import compute_claims
 from dlmlab.studies.prediff.presets import PreDiffPreset
 
@@ -22,10 +22,9 @@ SMOKE_VERDICTS = {"hybrid_beats_uniform_bidirectional": ("inconclusive", "precon
 
 
 @pytest.mark.study
-def test_smoke_end_to_end(tmp_path):
-    res = run("smoke", tmp_path, progress=False)
+def test_smoke_end_to_end(study_smoke):
+    tmp_path, res, data = study_smoke("prediff")  # the session's one smoke run (tests/conftest.py)
     assert res.wall_time_s > 0  # recorded (a speed budget belongs in benchmarks/, not in a test)
-    data = json.loads((tmp_path / "results.json").read_text())
     assert data["study"] == "prediff" and data["preset"] == "smoke"
     assert {c["id"] for c in data["claims"]} == CLAIMS
     for c in data["claims"]:
