@@ -35,8 +35,8 @@ def _shakespeare(objective: str, what: str) -> Recipe:
 
 
 def _induction(objective: str, what: str) -> Recipe:
-    """The cpu run's depth-2 model of seed 1 (the seed whose AR and DLM both formed their circuit in the run the
-    zoo was exported from; its seed-0 AR had not at 22000 steps)."""
+    """The cpu run's depth-2 model of seed 1 (at the cpu recipe both seeds of the AR and the DLM form their
+    circuit; seed 1 was chosen when the zoo was first exported, from a recipe whose seed-0 AR had not)."""
     return Recipe(description=what, command=["dlmlab", "reproduce", "induction", "--preset", "cpu", "--out", "{out}"],
                   run=f"runs/{objective}_L2_s1", measure="induction", eval={"n_seq": 64, "seq_len": 64, "lo": 0, "seed": 0})
 
