@@ -18,7 +18,7 @@ import torch
 
 from dlmlab.report.claims import learned_level
 from dlmlab.studies.induction import train as tr
-from dlmlab.studies.induction.analyse import accuracy_fn
+from dlmlab.studies.induction.analyse import accuracy_fn, n_ids
 from dlmlab.studies.induction.presets import PRESETS
 from dlmlab.tasks.repeated import repeated_tokens
 from dlmlab.training import train
@@ -41,11 +41,7 @@ def main(argv=None) -> int:
     torch.manual_seed(p.seed)
     model = tr.Transformer(tr.model_config(p, data.vocab, 2, so))
     metric = accuracy_fn(so, ev, p.per_seq)
-    level = learned_level(1.0 / (data.hi - data.lo))
-
-    def batches(step: int, gen: torch.Generator) -> torch.Tensor:
-        return tr.mixed_batch(data.text_ids, p.batch_size, p.seq_len, tr.p_repeated_at(p, step), data.lo, data.hi,
-                              gen, p.min_half)
+    level = learned_level(1.0 / n_ids(p, data.vocab))  # the study's chance level (analyse_model's "chance")
 
     def evaluate(m, step: int) -> dict:
         acc = float(metric(m))
@@ -53,7 +49,7 @@ def main(argv=None) -> int:
         return {"acc": acc}
 
     cfg = dataclasses.replace(tr.train_config(p, False), eval_every=a.every)
-    hist = train(model, cfg, batches, so.objective, eval_fn=evaluate)
+    hist = train(model, cfg, tr.batch_fn(p, data), so.objective, eval_fn=evaluate)
     first = next((r["step"] for r in hist if r.get("eval_acc", 0.0) >= level), None)
     print(f"learned level {level:.3f} first reached at step {first}" if first else
           f"learned level {level:.3f} not reached in {a.steps} steps")

@@ -91,6 +91,16 @@ def model_config(p: InductionPreset, vocab: RepeatedVocab, n_layers: int,
                              max_seq_len=p.seq_len, positions=p.positions)
 
 
+def batch_fn(p: InductionPreset, data: Data) -> Callable[[int, torch.Generator], torch.Tensor]:
+    """``batches(step, gen) -> [batch_size, seq_len]``: the curriculum's rows at ``step`` (:func:`p_repeated_at`)."""
+
+    def batches(step: int, gen: torch.Generator) -> torch.Tensor:
+        return mixed_batch(data.text_ids, p.batch_size, p.seq_len, p_repeated_at(p, step), data.lo, data.hi, gen,
+                           p.min_half)
+
+    return batches
+
+
 def train_config(p: InductionPreset, progress: bool) -> TrainConfig:
     return TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr, warmup_steps=min(p.warmup_steps, p.steps),
                        weight_decay=p.weight_decay, schedule=p.schedule, seed=p.seed, log_every=max(1, p.steps // 50),
@@ -122,11 +132,6 @@ def train_model(p: InductionPreset, data: Data, n_layers: int, objective: str | 
     torch.manual_seed(p.seed)
     dev = p.torch_device()
     model = Transformer(model_config(p, data.vocab, n_layers, so)).to(dev)
-    T = p.seq_len
-
-    def batches(step: int, gen: torch.Generator) -> torch.Tensor:
-        return mixed_batch(data.text_ids, p.batch_size, T, p_repeated_at(p, step), data.lo, data.hi, gen, p.min_half)
-
-    hist = train(model, train_config(p, progress), batches, so.objective, out_dir=out, desc=f"{so.label} L{n_layers}",
+    hist = train(model, train_config(p, progress), batch_fn(p, data), so.objective, out_dir=out, desc=f"{so.label} L{n_layers}",
                  tokenizer=data.tokenizer)
     return model, hist
